@@ -1,0 +1,25 @@
+# Quick start: `make run` (every study at CPU size, then REPORT.md) and `make test`.
+# Each target creates .venv and installs the pinned dependencies when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+OUT ?= results
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m experiments run all --quick --out $(OUT)
+	$(PY) -m experiments report --out $(OUT)
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 tests
+
+clean:
+	rm -rf $(VENV) $(OUT)

@@ -1,0 +1,33 @@
+"""Where a result came from: code version, JAX version, backend and device count."""
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import jax
+
+__all__ = ["git_sha", "provenance"]
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def git_sha(repo: str | pathlib.Path = _REPO) -> str:
+    """``git rev-parse HEAD`` of ``repo``; ``"unknown"`` when it is not a git repo or has no commits."""
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    sha = proc.stdout.strip()
+    return sha if proc.returncode == 0 and sha else "unknown"
+
+
+def provenance() -> dict[str, object]:
+    """``{"git", "jax", "backend", "devices"}`` of this process (result.json adds the timings)."""
+    return {
+        "git": git_sha(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": jax.device_count(),
+    }

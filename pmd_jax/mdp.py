@@ -1,0 +1,131 @@
+"""Finite discounted MDPs as pytrees, with exact evaluation (seed 001, sections 6 and 13).
+
+A :class:`FiniteMDP` holds the transition tensor ``P[s, a, s']``, the reward table
+``R[s, a]`` and the discount ``gamma`` as array leaves, so one ``jax.vmap`` runs many
+MDPs; the sizes ``S`` and ``A`` are read off the static shapes. Policies are arrays
+``pi[s, a]`` whose rows lie on the simplex; action values are ``Q[s, a]``.
+"""
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class FiniteMDP:
+    """A finite discounted MDP.
+
+    Fields:
+      P: transition probabilities, ``[S, A, S]``, rows sum to one.
+      R: expected rewards, ``[S, A]``.
+      gamma: discount in (0, 1), scalar.
+    """
+
+    P: jax.Array  # [S, A, S]
+    R: jax.Array  # [S, A]
+    gamma: jax.Array  # []
+
+    @property
+    def num_states(self) -> int:
+        return self.R.shape[-2]
+
+    @property
+    def num_actions(self) -> int:
+        return self.R.shape[-1]
+
+    def check(self) -> None:
+        """Shape checks at API boundaries (eager or traced)."""
+        S, A = self.num_states, self.num_actions
+        chex.assert_shape(self.P, (S, A, S))
+        chex.assert_shape(self.R, (S, A))
+        chex.assert_rank(self.gamma, 0)
+
+
+def policy_transition(mdp: FiniteMDP, pi: jax.Array) -> jax.Array:
+    """State-action to state-action kernel under ``pi``: ``M[(s,a),(s',a')] = P(s'|s,a) pi(a'|s')``."""
+    S, A = mdp.num_states, mdp.num_actions
+    return jnp.einsum("xay,yb->xayb", mdp.P, pi).reshape(S * A, S * A)
+
+
+def policy_evaluation(mdp: FiniteMDP, pi: jax.Array) -> jax.Array:
+    """Exact ``Q^pi`` by one linear solve of ``(I - gamma M_pi) q = r`` over state-action pairs."""
+    mdp.check()
+    S, A = mdp.num_states, mdp.num_actions
+    chex.assert_shape(pi, (S, A))
+    M = policy_transition(mdp, pi)
+    q = jnp.linalg.solve(jnp.eye(S * A, dtype=M.dtype) - mdp.gamma * M, mdp.R.reshape(-1))
+    return q.reshape(S, A)
+
+
+def state_values(pi: jax.Array, Q: jax.Array) -> jax.Array:
+    """``V(s) = sum_a pi(a|s) Q(s, a)``."""
+    return jnp.sum(pi * Q, axis=-1)
+
+
+def bellman_operator(mdp: FiniteMDP, pi: jax.Array, Q: jax.Array) -> jax.Array:
+    """One-step Bellman operator ``(F^pi Q)(s,a) = R(s,a) + gamma sum_s' P(s'|s,a) sum_a' pi(a'|s') Q(s',a')``."""
+    return mdp.R + mdp.gamma * jnp.einsum("xay,y->xa", mdp.P, state_values(pi, Q))
+
+
+def optimal_q(mdp: FiniteMDP, tol: float = 1e-12, max_iter: int = 100_000) -> jax.Array:
+    """``Q*`` by value iteration until the sup-norm change is at most ``tol``.
+
+    The contraction gives ``||Q_n - Q*|| <= gamma/(1-gamma) * ||Q_n - Q_{n-1}||``.
+    """
+
+    def backup(Q):
+        return mdp.R + mdp.gamma * jnp.einsum("xay,y->xa", mdp.P, Q.max(axis=-1))
+
+    def cond(carry):
+        _, change, it = carry
+        return (change > tol) & (it < max_iter)
+
+    def body(carry):
+        Q, _, it = carry
+        Q_new = backup(Q)
+        return Q_new, jnp.max(jnp.abs(Q_new - Q)), it + 1
+
+    Q0 = jnp.zeros_like(mdp.R)
+    Q, _, _ = jax.lax.while_loop(cond, body, (Q0, jnp.asarray(jnp.inf, mdp.R.dtype), 0))
+    return Q
+
+
+def uniform_policy(num_states: int, num_actions: int, dtype=jnp.float32) -> jax.Array:
+    return jnp.full((num_states, num_actions), 1.0 / num_actions, dtype=dtype)
+
+
+@struct.dataclass
+class RandomMDPFamily:
+    """Dense random MDPs: ``P(.|s,a) ~ Dirichlet(concentration * 1)``, ``R ~ U[-r_max, r_max]``.
+
+    Dense transitions (every successor reachable) mix quickly, as in the seed's coverage
+    study (section 11: "its dense random transitions mix quickly"); bounded rewards give
+    ``|Q| <= r_max / (1 - gamma)``. ``sample(key)`` is jit-safe, so ``jax.vmap(family.sample)``
+    over keys draws a batch of MDPs.
+    """
+
+    gamma: jax.Array
+    r_max: jax.Array
+    concentration: jax.Array
+    num_states: int = struct.field(pytree_node=False)
+    num_actions: int = struct.field(pytree_node=False)
+
+    def sample(self, key: jax.Array) -> FiniteMDP:
+        kp, kr = jax.random.split(key)
+        S, A = self.num_states, self.num_actions
+        dtype = jnp.asarray(self.r_max).dtype
+        alpha = jnp.full((S,), self.concentration, dtype)
+        P = jax.random.dirichlet(kp, alpha, shape=(S, A)).astype(dtype)
+        R = jax.random.uniform(kr, (S, A), dtype, -self.r_max, self.r_max)
+        return FiniteMDP(P=P, R=R, gamma=jnp.asarray(self.gamma, dtype))
+
+
+def two_state_family(c, gamma) -> FiniteMDP:
+    """Seed section 14: states ``s-`` (index 0) and ``s+`` (index 1) loop on themselves;
+    action rewards are ``(-c, 0)`` at ``s-`` and ``(c, 0)`` at ``s+``."""
+    c = jnp.asarray(c)
+    P = jnp.zeros((2, 2, 2), c.dtype).at[0, :, 0].set(1.0).at[1, :, 1].set(1.0)
+    R = jnp.stack([jnp.stack([-c, 0.0 * c]), jnp.stack([c, 0.0 * c])])
+    return FiniteMDP(P=P, R=R, gamma=jnp.asarray(gamma, c.dtype))

@@ -1,0 +1,179 @@
+"""Theorem 1 numerics: the ray function F(eta) = E[R(eta)^2] along V = -eta P (spec 5-6).
+
+Along the ray (k = 0, v = 0, b = 1, V = -eta P) the policy is pi_t = softmax(-eta L_{t-1})
+and, with l_t ~ N(0, I_d) i.i.d. (Eq. (23)),
+
+    R(eta)  = sum_t <pi_t, l_t> - min_a L_{T,a}
+    R'(eta) = - sum_t L_{t-1}^T J_t l_t,   J_t = diag(pi_t) - pi_t pi_t^T        (Eq. (24))
+    F'(eta) = 2 E[R R'].
+
+The scan evaluates every eta of a grid on the *same* sequences (common random numbers).
+Exact small-eta values (spec 5.4, re-derived here).  Write L_T = sqrt(T) Z, Z ~ N(0, I).
+At eta = 0, R = mean_a(L_T) - min_a L_T = sqrt(T) g(PZ) with g(y) = max_a(-y_a).
+
+* F(0): R/sqrt(T) = max_a W_a - mean(W) with W = -Z; mean(W) is independent of PW and
+  E[max W mean W] = E[mean(W)^2] = 1/d, so F(0) = T (E[(max_a Z_a)^2] - 1/d).
+* F'(0): J = P/d, so F'(0) = -(2/d) sum_t E[R L_{t-1}^T P l_t].  Given L_T the increments
+  are l_s = L_T/T + xi_s with a Gaussian bridge Cov(xi_s, xi_r) = (delta_sr - 1/T) I, hence
+  E[L_{t-1}^T P l_t | L_T] = (t-1)(|P L_T|^2/T^2 - (d-1)/T).  Summing over t and using
+  Stein's lemma with Euler's identity for the 1-homogeneous g on the (d-1)-dimensional
+  range of P, E[g(Y)(|Y|^2 - (d-1))] = E[Y.grad g(Y)] = E[g(Y)] = mu_d, which gives
+  F'(0) = -(T-1) sqrt(T) mu_d / d.
+Both identities are tested against Monte-Carlo in tests/regret_jax.
+"""
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from scipy.special import ndtr
+
+from regret_jax.attention import causal_logits, ftrl_params
+from regret_jax.regret import external_regret
+
+
+def _max_gaussian_moment(d: int, power: int) -> float:
+    """E[(max_a Z_a)^power] for Z ~ N(0, I_d) by quadrature of the density d phi Phi^{d-1} (float64)."""
+    if d < 1:
+        raise ValueError(f"d must be >= 1, got {d}")
+    x = np.linspace(-14.0, 14.0, 280_001)
+    density = d * np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * ndtr(x) ** (d - 1)
+    return float(np.trapezoid(x**power * density, x))
+
+
+def mu_d(d: int) -> float:
+    """mu_d = E[max of d i.i.d. N(0,1)] (spec 4.4); E[Regret] = sqrt(T) mu_d for every eta."""
+    return _max_gaussian_moment(d, 1)
+
+
+def exact_F0(d: int, T: int) -> float:
+    """F(0) = T (E[(max_a Z_a)^2] - 1/d), spec 5.4 (derivation in the module docstring)."""
+    return T * (_max_gaussian_moment(d, 2) - 1.0 / d)
+
+
+def exact_dF0(d: int, T: int) -> float:
+    """F'(0) = -(T-1) sqrt(T) mu_d / d < 0, spec 5.4: the comparator term dominates at small eta."""
+    return -(T - 1) * np.sqrt(T) * mu_d(d) / d
+
+
+def ray_regret(losses: jax.Array, etas: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """R(eta) and R'(eta) of Eqs. (23)-(24) for one sequence [T, d] and a grid of etas [E].
+
+    A ``lax.scan`` over rounds carries L_{t-1}, so memory is O(E d) per sequence; every
+    eta uses the same sequence (common random numbers).  Returns (R [E], dR [E]).
+    """
+    chex.assert_rank(losses, 2)
+    chex.assert_rank(etas, 1)
+    d = losses.shape[1]
+    zeros = jnp.zeros(etas.shape, losses.dtype)
+
+    def round_(carry, loss):
+        cum, R, dR = carry
+        pi = jax.nn.softmax(-etas[:, None] * cum, axis=-1)  # [E, d]
+        pi_loss = pi @ loss
+        # L^T J l = sum_a pi_a L_a l_a - (pi.L)(pi.l)
+        jac_term = pi @ (cum * loss) - (pi @ cum) * pi_loss
+        return (cum + loss, R + pi_loss, dR - jac_term), None
+
+    (cum, R, dR), _ = jax.lax.scan(round_, (jnp.zeros(d, losses.dtype), zeros, zeros), losses)
+    return R - jnp.min(cum), dR
+
+
+@struct.dataclass
+class RayEstimate:
+    """Monte-Carlo moments on an eta grid [E] from N sequences (spec 6.1 step 3)."""
+
+    F: jax.Array  # [E] mean R^2
+    dF: jax.Array  # [E] mean 2 R R'
+    dF_se: jax.Array  # [E] standard error of dF
+    mean_R: jax.Array  # [E] mean R (should be sqrt(T) mu_d at every eta)
+    mean_R_se: jax.Array  # [E]
+
+
+def ray_estimate(R: jax.Array, dR: jax.Array) -> RayEstimate:
+    """Sample moments of (R, R') [N, E] over the sequence axis: F, F', se(F'), E[R] and its se."""
+    chex.assert_equal_shape([R, dR])
+    n = R.shape[0]
+    g = 2 * R * dR
+    return RayEstimate(
+        F=jnp.mean(R**2, axis=0),
+        dF=jnp.mean(g, axis=0),
+        dF_se=jnp.std(g, axis=0, ddof=1) / jnp.sqrt(n),
+        mean_R=jnp.mean(R, axis=0),
+        mean_R_se=jnp.std(R, axis=0, ddof=1) / jnp.sqrt(n),
+    )
+
+
+@struct.dataclass
+class Root:
+    """The - to + sign change of F' on a grid (spec 6.1 step 4)."""
+
+    eta: jax.Array  # root eta*, NaN if F' never goes from - to +
+    se: jax.Array  # se(F' at the root) / |slope|
+    sign_changes: jax.Array  # number of sign changes of the estimated F' on the grid
+
+
+def find_root(etas: jax.Array, dF: jax.Array, dF_se: jax.Array, window: int = 2) -> Root:
+    """Root of F' from its estimates on an increasing eta grid [E] (jittable, vmappable).
+
+    Locates the first - to + sign change between grid points i and i+1, fits a straight
+    line by least squares to the ``2*window`` points i-window+1..i+window (clipped to the
+    grid), and returns its zero with standard error se_interp(F') / |slope| (delta
+    method, spec 6.1).  ``sign_changes`` counts every sign change of the estimated F'.
+    """
+    chex.assert_equal_shape([etas, dF, dF_se])
+    E = etas.shape[0]
+    if E < 2 * window:
+        raise ValueError(f"grid must have at least 2*window = {2 * window} points, got {E}")
+    sign = jnp.sign(dF)
+    changes = sign[1:] != sign[:-1]
+    up = (sign[:-1] < 0) & (sign[1:] > 0)
+    found = jnp.any(up)
+    i = jnp.argmax(up)
+    start = jnp.clip(i - window + 1, 0, E - 2 * window)
+    xs = jax.lax.dynamic_slice(etas, (start,), (2 * window,))
+    ys = jax.lax.dynamic_slice(dF, (start,), (2 * window,))
+    xm, ym = jnp.mean(xs), jnp.mean(ys)
+    slope = jnp.sum((xs - xm) * (ys - ym)) / jnp.sum((xs - xm) ** 2)
+    root = xm - ym / slope
+    # standard error of F' at the root, interpolated between the bracketing points
+    w = jnp.clip((root - etas[i]) / (etas[i + 1] - etas[i]), 0.0, 1.0)
+    se_root = (1 - w) * dF_se[i] + w * dF_se[i + 1]
+    nan = jnp.full((), jnp.nan, etas.dtype)
+    return Root(
+        eta=jnp.where(found, root, nan),
+        se=jnp.where(found, se_root / jnp.abs(slope), nan),
+        sign_changes=jnp.sum(changes),
+    )
+
+
+def swap_ray_regret(blocks: jax.Array, etas: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Sum over heads of (R_j, R_j') at the Theorem-2 configuration, one block input [T, d, d].
+
+    Head j at V_j = e_j^T (x) (-eta P) is smoothed FP on block j (spec 10.4), so
+    Phi(eta) = E[(sum_j R_j)^2] and Phi'(eta) = 2 E[(sum_j R_j)(sum_j R_j')] are the
+    :func:`ray_estimate` moments of the returned sums.  Spec 10.5 (Eqs. (59)-(60)):
+    the R_j are i.i.d. with eta-independent mean sqrt(T) mu_d, hence Phi' = d F'.
+    """
+    chex.assert_rank(blocks, 3)
+    R, dR = jax.vmap(ray_regret, in_axes=(1, None))(blocks, etas)
+    return jnp.sum(R, axis=0), jnp.sum(dR, axis=0)
+
+
+def block_gradients(losses: jax.Array, eta) -> dict:
+    """Gradient of R^2 for one sequence [T, d] w.r.t. (V, k, v, b) at k = 0, v = 0, b = 1, V = -eta P.
+
+    Spec 5.3 (paper Eq. (11)): in expectation grad_V = alpha P with alpha = -F'/(d-1),
+    grad_v = grad_k = 0 and grad_b = eta F'; pointwise the columns of grad_V and the
+    entries of grad_v sum to zero (shift invariance, J 1 = 0).  Computed by autodiff
+    through the attention forward pass, independently of Eq. (24).
+    """
+    chex.assert_rank(losses, 2)
+
+    def squared_regret(params):
+        policies = jax.nn.softmax(causal_logits(params, losses), axis=-1)
+        return external_regret(policies, losses) ** 2
+
+    return jax.grad(squared_regret)(ftrl_params(losses.shape[1], eta))

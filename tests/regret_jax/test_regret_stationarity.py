@@ -1,0 +1,105 @@
+"""Theorem 1 numerics: Eqs. (23)-(24), exact small-eta values, block gradients (spec 5.3), Phi' = d F'."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from regret_reference import external_regret, hedge
+
+import regret_jax as rj
+
+
+def test_mu_d_and_max_square_closed_forms():
+    assert abs(rj.mu_d(2) - 1 / np.sqrt(np.pi)) < 1e-10  # E max of 2 = 1/sqrt(pi)
+    assert abs(rj.mu_d(3) - 3 / (2 * np.sqrt(np.pi))) < 1e-10  # E max of 3 = 3/(2 sqrt(pi))
+    assert abs(rj.exact_F0(2, 10) - 10 * 0.5) < 1e-9  # E[max^2] = 1 for d = 2
+    assert abs(rj.mu_d(1)) < 1e-12
+
+
+def test_ray_regret_matches_loop_and_finite_differences(x64):
+    rng = np.random.default_rng(0)
+    d, T = 3, 15
+    etas = jnp.array([0.0, 0.2, 0.9])
+    losses = rng.normal(size=(2, T, d))
+    R, dR = jax.vmap(rj.ray_regret, in_axes=(0, None))(jnp.asarray(losses), etas)
+    h = 1e-6
+    Rp, _ = jax.vmap(rj.ray_regret, in_axes=(0, None))(jnp.asarray(losses), etas + h)
+    Rm, _ = jax.vmap(rj.ray_regret, in_axes=(0, None))(jnp.asarray(losses), etas - h)
+    for b in range(2):
+        for e, eta in enumerate(np.asarray(etas)):
+            np.testing.assert_allclose(float(R[b, e]), external_regret(hedge(losses[b], eta), losses[b]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(dR), np.asarray((Rp - Rm) / (2 * h)), rtol=1e-6, atol=1e-8)
+
+
+def test_block_gradients_pointwise_identities(x64):
+    # autodiff through the attention model vs the pathwise formula (24), per sequence
+    rng = np.random.default_rng(1)
+    d, T, eta = 4, 12, 0.35
+    losses = jnp.asarray(rng.normal(size=(3, T, d)))
+    grads = jax.vmap(rj.block_gradients, in_axes=(0, None))(losses, eta)
+    R, dR = jax.vmap(rj.ray_regret, in_axes=(0, None))(losses, jnp.array([eta]))
+    P = np.eye(d) - 1.0 / d
+    np.testing.assert_allclose(np.asarray(grads["b"]), eta * np.asarray(2 * R * dR)[:, 0], rtol=1e-10)
+    along_ray = -np.einsum("nij,ij->n", np.asarray(grads["V"]), P)
+    np.testing.assert_allclose(along_ray, np.asarray(2 * R * dR)[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(grads["V"]).sum(axis=1), 0.0, atol=1e-10)  # 1^T grad_V = 0
+    np.testing.assert_allclose(np.asarray(grads["v"]).sum(axis=1), 0.0, atol=1e-10)  # 1^T grad_v = 0
+
+
+def test_monte_carlo_exact_values_and_structure():
+    d, T, N = 4, 20, 20_000
+    losses = jax.random.normal(jax.random.key(0), (N, T, d))
+    etas = jnp.array([0.0, 0.5 / np.sqrt(T), 2.0 / np.sqrt(T)])
+    R, dR = jax.jit(jax.vmap(rj.ray_regret, in_axes=(0, None)))(losses, etas)
+    est = rj.ray_estimate(R, dR)
+    # E[R] = sqrt(T) mu_d at every eta (Proposition 5)
+    z_mean = (np.asarray(est.mean_R) - np.sqrt(T) * rj.mu_d(d)) / np.asarray(est.mean_R_se)
+    assert np.all(np.abs(z_mean) < 4), z_mean
+    F0_se = float(jnp.std(R[:, 0] ** 2) / np.sqrt(N))
+    assert abs(float(est.F[0]) - rj.exact_F0(d, T)) < 4 * F0_se
+    assert abs(float(est.dF[0]) - rj.exact_dF0(d, T)) < 4 * float(est.dF_se[0])
+    # the estimator can tell F'(0) from a 10% wrong value
+    assert abs(float(est.dF[0]) - 1.1 * rj.exact_dF0(d, T)) > 4 * float(est.dF_se[0])
+
+
+def test_gradient_structure_in_expectation():
+    d, T, N = 3, 16, 6000
+    eta = 1.0 / np.sqrt(T)
+    losses = jax.random.normal(jax.random.key(1), (N, T, d))
+    g = jax.jit(jax.vmap(rj.block_gradients, in_axes=(0, None)))(losses, eta)
+    for name in ("v", "k"):
+        z = np.asarray(g[name].mean(0) / (g[name].std(0) / np.sqrt(N)))
+        assert np.all(np.abs(z) < 4.5), (name, z)
+    gV = np.asarray(g["V"].mean(0))
+    P = np.eye(d) - 1.0 / d
+    alpha = np.sum(gV * P) / (d - 1)
+    se = np.asarray(g["V"].std(0)) / np.sqrt(N)
+    assert np.all(np.abs(gV - alpha * P) < 4.5 * se)
+
+
+def test_multihead_ray_identity():
+    d, T, N = 3, 12, 8000
+    etas = jnp.array([0.1, 0.6])
+    blocks = jax.random.normal(jax.random.key(2), (N, T, d, d))
+    phi = rj.ray_estimate(*jax.jit(jax.vmap(rj.swap_ray_regret, in_axes=(0, None)))(blocks, etas))
+    R, dR = jax.vmap(jax.vmap(rj.ray_regret, in_axes=(0, None)), in_axes=(2, None))(blocks, etas)  # [d, N, E]
+    single = rj.ray_estimate(R.reshape(d * N, -1), dR.reshape(d * N, -1))
+    # Phi'_hat - d F'_hat = 2 sum_{j != k} mean(R_j R_k'), mean zero; bound by its own standard error
+    S_dR = dR.sum(0)
+    cross = 2 * (R.sum(0) * S_dR - jnp.sum(R * dR, axis=0))
+    cross_se = np.asarray(jnp.std(cross, axis=0) / np.sqrt(N))
+    np.testing.assert_allclose(np.asarray(phi.dF - d * single.dF), np.asarray(cross.mean(0)), rtol=1e-4, atol=1e-3)
+    assert np.all(np.abs(np.asarray(cross.mean(0))) < 4 * cross_se)
+
+
+def test_find_root_on_known_line():
+    etas = jnp.linspace(0.1, 2.0, 12)
+    root = rj.find_root(etas, 3.0 * (etas - 0.77), jnp.full(12, 0.3))
+    assert abs(float(root.eta) - 0.77) < 1e-5 and int(root.sign_changes) == 1
+    assert abs(float(root.se) - 0.1) < 1e-5  # se 0.3 / slope 3
+    bumpy = jnp.array([-3.0, -1.0, 1.0, -1.0, 2.0, 4.0])
+    r2 = rj.find_root(jnp.arange(6.0), bumpy, jnp.ones(6))
+    assert int(r2.sign_changes) == 3
+    r3 = rj.find_root(etas, -jnp.ones(12), jnp.ones(12))
+    assert np.isnan(float(r3.eta)) and int(r3.sign_changes) == 0
+    with pytest.raises(ValueError):
+        rj.find_root(jnp.arange(3.0), jnp.arange(3.0), jnp.ones(3))

@@ -1,0 +1,75 @@
+"""Config validation, FTRL fitting, the deep Transformer's causality, and small seeded learning checks."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import regret_jax as rj
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"model": "mlp"}, "model"), ({"d": 1}, "d"), ({"T": 0}, "T"), ({"learning_rate": 0.0}, "learning_rate"),
+     ({"d_model": 30, "num_heads": 4}, "d_model")],
+)
+def test_config_validation(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        rj.TrainConfig(**kwargs)
+
+
+def test_fit_eta_recovers_ftrl_step():
+    losses = jax.random.normal(jax.random.key(0), (64, 20, 4))
+    for eta0 in (0.13, 0.41):
+        pols = jax.vmap(rj.ftrl_policies, in_axes=(0, None))(losses, eta0)
+        eta_hat = rj.fit_eta(pols, losses, jnp.linspace(0.02, 1.0, 25))
+        assert abs(float(eta_hat) - eta0) < 1e-4
+        assert float(rj.policy_mse(pols, losses, eta_hat)) < 1e-9
+
+
+def test_transformer_is_causal_and_online_matches_batch():
+    d, T = 3, 8
+    model = rj.CausalTransformer(d, num_layers=1, num_heads=4, d_model=8, max_len=T)
+    losses = jax.random.normal(jax.random.key(0), (T, d))
+    variables = model.init(jax.random.key(1), losses)
+    pols = model.apply(variables, losses)
+    np.testing.assert_allclose(np.asarray(pols.sum(-1)), 1.0, rtol=1e-5)
+    changed = model.apply(variables, losses.at[4].set(10.0))  # l_5 only affects pi_6..pi_T
+    np.testing.assert_allclose(np.asarray(changed[:5]), np.asarray(pols[:5]), atol=1e-6)
+    assert not np.allclose(changed[5], pols[5])
+    online = rj.run_online(rj.sequence_model_learner(model, variables, T, d), losses)
+    np.testing.assert_allclose(np.asarray(online.policies), np.asarray(pols), atol=1e-5)
+    config = rj.TrainConfig(model="transformer", d=d, T=T, batch_size=2, num_layers=1, d_model=8)
+    assert np.isfinite(float(rj.make_loss(config, model)(variables, jax.random.key(2))))
+
+
+def _heldout_loss(model, variables, losses):
+    return float(rj.squared_regret_loss(jax.vmap(model.apply, in_axes=(None, 0))(variables, losses), losses))
+
+
+def test_attention_training_beats_uniform_and_moves_toward_ftrl():
+    config = rj.TrainConfig(model="attention", d=3, T=16, batch_size=128, num_steps=300, learning_rate=2e-2)
+    out = jax.jit(jax.vmap(rj.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    assert out.loss_curve.shape == (2, 300)
+    heldout = jax.random.normal(jax.random.key(9), (4000, config.T, config.d))
+    model = rj.build_model(config)
+    uniform = rj.exact_F0(config.d, config.T)
+    for s in range(2):
+        trained = _heldout_loss(model, jax.tree.map(lambda x: x[s], out.variables), heldout)
+        assert trained < 0.93 * uniform, (trained, uniform)
+    assert not np.allclose(out.variables["params"]["head"]["V"][0], out.variables["params"]["head"]["V"][1])
+
+
+def test_multihead_training_step_shapes():
+    config = rj.TrainConfig(model="multihead", d=3, T=4, batch_size=2, num_steps=2)
+    out = rj.make_train(config)(jax.random.key(0))
+    assert out.loss_curve.shape == (2,) and np.all(np.isfinite(np.asarray(out.loss_curve)))
+    assert out.variables["params"]["heads"]["V"].shape == (3, 3, 9)
+
+
+def test_swap_learner_with_learned_heads_stays_on_simplex():
+    heads = rj.MultiHeadSimplexAttention(3, init_scale=0.5).init(jax.random.key(0), jnp.zeros((2, 9)))["params"]["heads"]
+    losses = jax.random.normal(jax.random.key(1), (10, 3))
+    for c in (1.0, 3.0):
+        pols = rj.run_online(rj.swap_learner(heads, c), losses).policies
+        np.testing.assert_allclose(np.asarray(pols.sum(-1)), 1.0, rtol=1e-5)
+        assert np.all(np.asarray(pols) > 0)
