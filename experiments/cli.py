@@ -10,6 +10,7 @@ the traceback, is still written), 2 for usage errors.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import math
@@ -29,6 +30,7 @@ __all__ = ["InvalidStudyOutput", "build_result", "main"]
 
 _RESULT = "result.json"
 _ERROR = "error.txt"
+_TABLE = "table.csv"
 _BENCH = "bench.json"
 
 
@@ -229,6 +231,32 @@ def _seconds(value: Any) -> str:
     return f"{value:.1f} s" if isinstance(value, (int, float)) else "?"
 
 
+def _table_section(path: pathlib.Path, max_rows: int = 60) -> list[str]:
+    """A study's headline table (``table.csv``, if it wrote one) as Markdown."""
+    if not path.exists():
+        return []
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        return [f"**{path.name} is unreadable:** {_cell(repr(err))}", ""]
+    if not rows:
+        return []
+
+    def cell(text: str) -> str:
+        try:
+            return _cell(float(text)) if text.strip() else ""
+        except ValueError:
+            return _cell(text)
+
+    header, body = rows[0], rows[1 : max_rows + 1]
+    lines = [f"Table (`{path.name}`):", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
+    if len(rows) - 1 > max_rows:
+        lines.append(f"({len(rows) - 1 - max_rows} more rows in `{path.name}`)")
+    return lines + [""]
+
+
 def _study_section(name: str, folder: pathlib.Path, result: dict[str, Any]) -> list[str]:
     lines = [f"## {name}", ""]
     mode = "quick" if result["quick"] else "full"
@@ -247,6 +275,7 @@ def _study_section(name: str, folder: pathlib.Path, result: dict[str, Any]) -> l
             verdict = "PASS" if c["passed"] is True else "FAIL"
             lines.append(f"| {_cell(c['name'])} | {_cell(c['value'])} | {_cell(c['target'])} | {verdict} |")
         lines.append("")
+    lines += _table_section(folder / _TABLE)
     for png in sorted(folder.glob("*.png")):
         link = urllib.parse.quote(f"{folder.name}/{png.name}")
         lines += [f"![{png.stem}]({link})", ""]

@@ -166,6 +166,15 @@ def test_report_tables_and_corrupt_result(toys, tmp_path, capsys):
     assert "toy.raises/error.txt" in report
 
 
+def test_report_renders_a_study_table(toys, tmp_path):
+    cli.main(["run", "toy.pass", "--quick", "--out", str(tmp_path)])
+    (tmp_path / "toy.pass" / "table.csv").write_text("arm,m,loss\nbalanced,6,0.0125\nexact,,nan\n")
+    assert cli.main(["report", "--out", str(tmp_path)]) == 0
+    lines = (tmp_path / "REPORT.md").read_text().splitlines()
+    assert "| arm | m | loss |" in lines
+    assert "| balanced | 6 | 0.0125 |" in lines and "| exact |  | nan |" in lines
+
+
 def test_bench_prints_and_writes_json(toys, tmp_path, capsys):
     assert cli.main(["bench", "toy.pass", "--out", str(tmp_path)]) == 0
     ctx = toys["bench"]
