@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
+# The report is written even when a check fails; the exit status is the run's.
 run: $(STAMP)
-	$(PY) -m experiments run all --quick --out $(OUT)
-	$(PY) -m experiments report --out $(OUT)
+	$(PY) -m experiments run all --quick --out $(OUT); status=$$?; \
+	$(PY) -m experiments report --out $(OUT) && exit $$status
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests

@@ -1,0 +1,32 @@
+"""rate_jax: RATE (Recurrent Action Transformer with memory), its baselines, T-Maze, MRV retention.
+
+Seed paper ``003`` (RATE, ICLR 2026); semantics follow the authors' code
+(CognitiveAISystems/RATE). One module per idea:
+``config`` (model sizes, baselines as configurations), ``masks`` (segment mask),
+``attention`` (Transformer-XL relative attention), ``mrv`` (Memory Retention Valve),
+``model`` (segment processing and recurrence), ``tmaze`` (environment), ``dataset``
+(oracle data), ``train`` (``make_train``), ``evaluate`` (online success rate),
+``retention`` (the MRV retention bound and its assumptions).
+"""
+from rate_jax import tmaze
+from rate_jax.config import MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
+from rate_jax.dataset import Trajectories, generate, sample_corridor_lengths, segment_corridor_lengths
+from rate_jax.evaluate import EvalResult, make_evaluate
+from rate_jax.masks import segment_mask
+from rate_jax.model import RATE, Carry, Segment, SegmentOutput, split_segments, unroll
+from rate_jax.mrv import MRV, mrv_activation
+from rate_jax.retention import (alignment_alpha, cosines, counterexample, mrv_update, no_anti_alignment,
+                                normalize_rows, retention_bound, retention_ratio, sample_instances)
+from rate_jax.train import (TrainConfig, TrainMetrics, TrainState, bptt_loss, init_state, make_train,
+                            make_update, make_validate, masked_cross_entropy, to_segments)
+
+__all__ = [
+    "MRV", "MRV_ACTIVATIONS", "RATE", "VARIANTS",
+    "Carry", "EvalResult", "ModelConfig", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics",
+    "TrainState", "Trajectories",
+    "alignment_alpha", "bptt_loss", "cosines", "counterexample", "generate", "init_state", "make_evaluate",
+    "make_train", "make_update", "make_validate", "masked_cross_entropy", "mrv_activation", "mrv_update",
+    "no_anti_alignment", "normalize_rows", "retention_bound", "retention_ratio", "sample_corridor_lengths",
+    "sample_instances", "segment_corridor_lengths", "segment_mask", "split_segments", "tmaze",
+    "to_segments", "unroll", "variant",
+]

@@ -1,0 +1,258 @@
+"""Offline training of the RATE family on oracle T-Maze data: ``make_train(config) -> train(key)``.
+
+Seed ``003``, "损失函数 / 训练策略": the objective is the per-segment action loss
+L(a_n, \\hat a_n) (cross-entropy at the observation tokens, return-conditioned as in
+DT), unrolled over segments; the cache never carries gradient.
+
+Gradient through memory, a deliberate choice (``TrainConfig.detach_memory``):
+* ``False`` (default): full backpropagation through the N segments of a trajectory;
+  the loss is the mean of the per-segment mean losses and one optimiser step is taken
+  per batch. The memory write path (suffix tokens, MRV) is trained by the loss of
+  later segments, which is what the cue task needs, and N is small (3 in the paper).
+* ``True``: the authors' trainer (``src/trainer.py``): one optimiser step per segment,
+  with M_n detached before segment n (M_0 still receives the first segment's
+  gradient). Note, from reading that code: with M_n detached, no loss depends
+  differentiably on the MRV weights or on the suffix outputs, so they receive no
+  gradient at all; the memory then carries whatever the shared layers happen to write.
+
+Optimiser as in the authors' ``TMaze.sh``: AdamW, gradient clipping, linear warm-up
+then linear decay to ``lr_end_factor`` times the peak learning rate.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from rate_jax import dataset
+from rate_jax.config import ModelConfig
+from rate_jax.model import RATE, Segment, split_segments, unroll
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One training run. Trajectories have ``model.segment_len * num_segments`` steps.
+
+    ``corridor_lengths``: the corridors of the data (default: K*n - 2, n = 1..N, the
+    authors' set); each must be <= K*N - 2.
+    """
+
+    model: ModelConfig
+    num_segments: int = 3
+    corridor_lengths: tuple[int, ...] | None = None
+    num_train: int = 512
+    num_val: int = 128
+    batch_size: int = 32
+    num_steps: int = 500
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    warmup_steps: int = 50
+    lr_end_factor: float = 0.01
+    grad_clip: float = 1.0
+    detach_memory: bool = False
+
+    def __post_init__(self):
+        def need(cond, field, allowed, value):
+            if not cond:
+                raise ValueError(f"TrainConfig.{field} must be {allowed}, got {value!r}")
+
+        for name in ("num_segments", "num_train", "num_val", "batch_size", "num_steps"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+        need(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0",
+             self.warmup_steps)
+        for name in ("learning_rate", "grad_clip"):
+            need(getattr(self, name) > 0, name, "> 0", getattr(self, name))
+        need(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
+        for name in ("beta1", "beta2", "lr_end_factor"):
+            need(0 <= getattr(self, name) <= 1, name, "in [0, 1]", getattr(self, name))
+        need(self.model.segment_len >= 3, "model.segment_len", ">= 3 for T-Maze data", self.model.segment_len)
+        longest = self.max_steps - 2
+        need(all(1 <= c <= longest for c in self.lengths), "corridor_lengths",
+             f"integers in [1, {longest}] (K*N - 2)", self.corridor_lengths)
+
+    @property
+    def max_steps(self) -> int:
+        """K*N, the padded trajectory length."""
+        return self.model.segment_len * self.num_segments
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        if self.corridor_lengths is not None:
+            return tuple(self.corridor_lengths)
+        return dataset.segment_corridor_lengths(self.model.segment_len, self.num_segments)
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a training run carries; vmapped over seeds, checkpointed between chunks.
+
+    train_data / val_data: :class:`rate_jax.dataset.Trajectories` [num_train / num_val, K*N].
+    """
+
+    params: dict
+    opt_state: optax.OptState
+    train_data: dataset.Trajectories
+    val_data: dataset.Trajectories
+    key: jax.Array
+    step: jax.Array
+
+
+@struct.dataclass
+class TrainMetrics:
+    """loss [steps] (mean segment loss per batch); val_turn_accuracy [] (teacher-forced
+    accuracy of the turn at the junction on held-out trajectories); val_accuracy []
+    (all actions)."""
+
+    loss: jax.Array
+    val_turn_accuracy: jax.Array
+    val_accuracy: jax.Array
+
+
+def to_segments(traj: dataset.Trajectories, segment_len: int) -> Segment:
+    """Model input [N, B, K, ...] from trajectories [B, K*N, ...] (absent actions use the padding token)."""
+    return split_segments(Segment(obs=traj.obs, actions=traj.actions, rtg=traj.rtg,
+                                  action_known=traj.action_mask), segment_len)
+
+
+def masked_cross_entropy(logits: jax.Array, actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sum of CE over positions with mask = 1, number of such positions)."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, actions)
+    return jnp.sum(ce * mask), jnp.sum(mask)
+
+
+def _optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    updates_per_batch = 1 if not config.detach_memory else config.num_segments
+    total = config.num_steps * updates_per_batch
+    warm = min(config.warmup_steps, total)
+    peak = config.learning_rate
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(peak / max(warm, 1), peak, max(warm, 1)),
+         optax.linear_schedule(peak, peak * config.lr_end_factor, max(total - warm, 1))], [warm])
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip),
+                       optax.adamw(schedule, config.beta1, config.beta2, weight_decay=config.weight_decay))
+
+
+def init_state(config: TrainConfig, key: jax.Array) -> TrainState:
+    """Data (train/validation split drawn from ``key``), parameters and optimiser state."""
+    k_data, k_val, k_len, k_vlen, k_init, k_run = jax.random.split(key, 6)
+    lens = dataset.sample_corridor_lengths(k_len, config.lengths, config.num_train)
+    vlens = dataset.sample_corridor_lengths(k_vlen, config.lengths, config.num_val)
+    train_data = dataset.generate(k_data, lens, config.max_steps)
+    val_data = dataset.generate(k_val, vlens, config.max_steps)
+    first = jax.tree.map(lambda x: x[0, :1], to_segments(train_data, config.model.segment_len))
+    params = RATE(config.model).init(k_init, first)
+    return TrainState(params=params, opt_state=_optimizer(config).init(params), train_data=train_data,
+                      val_data=val_data, key=k_run, step=jnp.zeros((), jnp.int32))
+
+
+def _segment_mean(sums: jax.Array, counts: jax.Array) -> jax.Array:
+    """Mean over segments that have targets of the per-segment mean losses."""
+    has = counts > 0
+    per_segment = sums / jnp.maximum(counts, 1.0)
+    return jnp.sum(jnp.where(has, per_segment, 0.0)) / jnp.maximum(jnp.sum(has), 1)
+
+
+def bptt_loss(model: RATE, params, segments: Segment, masks: jax.Array, key=None) -> jax.Array:
+    """The full-backpropagation objective: unroll all N segments from M_0 (``unroll``) and
+    average the per-segment mean cross-entropies. segments [N, B, K, ...], masks [N, B, K]."""
+    carry = model.apply(params, segments.rtg.shape[1], method=RATE.initial_carry)
+    outs = unroll(model, params, segments, carry, key=key)
+    sums, counts = jax.vmap(masked_cross_entropy)(outs.logits, segments.actions, masks)
+    return _segment_mean(sums, counts)
+
+
+def make_update(config: TrainConfig, num_steps: int) -> Callable[[TrainState], tuple[TrainState, jax.Array]]:
+    """``update(state) -> (state, loss [num_steps])``: ``num_steps`` batches as one ``lax.scan``."""
+    model = RATE(config.model)
+    tx = _optimizer(config)
+    k_len = config.model.segment_len
+
+    def batch_of(state, key):
+        idx = jax.random.randint(key, (config.batch_size,), 0, config.num_train)
+        traj = jax.tree.map(lambda x: x[idx], state.train_data)
+        return to_segments(traj, k_len), split_segments(traj.action_mask, k_len)
+
+    def bptt_step(state, key):
+        k_batch, k_drop = jax.random.split(key)
+        segs, masks = batch_of(state, k_batch)
+
+        loss, grads = jax.value_and_grad(bptt_loss, argnums=1)(model, state.params, segs, masks, k_drop)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state), loss
+
+    def detached_step(state, key):
+        k_batch, k_drop = jax.random.split(key)
+        segs, masks = batch_of(state, k_batch)
+
+        def segment_loss(params, seg, mask, memory, carry, first, k):
+            initial = model.apply(params, config.batch_size, method=RATE.initial_carry)
+            # M_0 keeps its gradient (authors: the first segment reads the parameter itself)
+            carry = carry.replace(memory=jnp.where(first, initial.memory, jax.lax.stop_gradient(memory)))
+            out = model.apply(params, seg, carry, False, rngs={"dropout": k})
+            s, c = masked_cross_entropy(out.logits, seg.actions, mask)
+            return s / jnp.maximum(c, 1.0), (out.carry, s, c)
+
+        def body(inner, inputs):
+            params, opt_state, carry = inner
+            seg, mask, n, k = inputs
+            (_, (new_carry, s, c)), grads = jax.value_and_grad(segment_loss, has_aux=True)(
+                params, seg, mask, carry.memory, carry, n == 0, k)
+            updates, new_opt = tx.update(grads, opt_state, params)
+            take = c > 0  # a segment with no targets in the whole batch makes no update
+            params = jax.tree.map(lambda a, b: jnp.where(take, a, b), optax.apply_updates(params, updates), params)
+            opt_state = jax.tree.map(lambda a, b: jnp.where(take, a, b), new_opt, opt_state)
+            return (params, opt_state, new_carry), (s, c)
+
+        carry = model.apply(state.params, config.batch_size, method=RATE.initial_carry)
+        n = config.num_segments
+        (params, opt_state, _), (sums, counts) = jax.lax.scan(
+            body, (state.params, state.opt_state, carry), (segs, masks, jnp.arange(n), jax.random.split(k_drop, n)))
+        return state.replace(params=params, opt_state=opt_state), _segment_mean(sums, counts)
+
+    one_step = detached_step if config.detach_memory else bptt_step
+
+    def update(state: TrainState):
+        keys = jax.random.split(state.key, num_steps + 1)
+        state, losses = jax.lax.scan(one_step, state, keys[1:])
+        return state.replace(key=keys[0], step=state.step + num_steps), losses
+
+    return update
+
+
+def make_validate(config: TrainConfig) -> Callable[[TrainState], tuple[jax.Array, jax.Array]]:
+    """``validate(state) -> (turn accuracy, all-action accuracy)`` on the held-out trajectories."""
+    model = RATE(config.model)
+
+    def validate(state: TrainState):
+        val = state.val_data
+        segs = to_segments(val, config.model.segment_len)
+        carry = model.apply(state.params, config.num_val, method=RATE.initial_carry)
+        logits = unroll(model, state.params, segs, carry).logits  # [N, B, K, A]
+        logits = jnp.swapaxes(logits, 0, 1).reshape(config.num_val, config.max_steps, -1)
+        correct = (jnp.argmax(logits, -1) == val.actions).astype(jnp.float32)
+        turn = val.corridor_length  # the turn is taken at the observation with index L
+        turn_correct = jnp.take_along_axis(correct, turn[:, None], axis=1)[:, 0]
+        all_acc = jnp.sum(correct * val.action_mask) / jnp.sum(val.action_mask)
+        return jnp.mean(turn_correct), all_acc
+
+    return validate
+
+
+def make_train(config: TrainConfig) -> Callable[[jax.Array], tuple[TrainState, TrainMetrics]]:
+    """``train(key) -> (final TrainState, TrainMetrics)``, jittable; sweep with ``jax.vmap(train)``."""
+    update = make_update(config, config.num_steps)
+    validate = make_validate(config)
+
+    def train(key):
+        state, losses = update(init_state(config, key))
+        turn_acc, acc = validate(state)
+        return state, TrainMetrics(loss=losses, val_turn_accuracy=turn_acc, val_accuracy=acc)
+
+    return train

@@ -1,0 +1,23 @@
+"""uat_jax: the Utility-Augmented Transformer (UAT) on DarkRoom, with its baselines,
+ablations and theory checks (seed paper arXiv 2607.18910, Domain A)."""
+from uat_jax import darkroom, schedules, theory
+from uat_jax.attention import FeedbackAttention, KVCache
+from uat_jax.config import ABLATIONS, KINDS, ModelConfig, ablation
+from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, corrupt, corrupt_episode, shift
+from uat_jax.gtrxl import GRUGate
+from uat_jax.model import DecisionTransformer, DecodeCache, init_cache, init_params, sequence_logits
+from uat_jax.rollout import Trajectory, accuracy, efficiency, rollout
+from uat_jax.schedules import SCHEDULES, goal_at
+from uat_jax.train import (EvalMetrics, Task, TrainConfig, TrainResult, cross_entropy,
+                           make_evaluate, make_optimizer, make_train)
+from uat_jax.utility import GateReadout, UtilityEncoder, regime_state
+
+__all__ = [
+    "ABLATIONS", "CORRUPTIONS", "KINDS", "NO_ACTION", "SCHEDULES",
+    "DecisionTransformer", "DecodeCache", "EvalMetrics", "FeedbackAttention", "FeedbackChannel",
+    "GRUGate", "GateReadout", "KVCache", "ModelConfig", "Task", "TrainConfig", "TrainResult",
+    "Trajectory", "UtilityEncoder",
+    "ablation", "accuracy", "corrupt", "corrupt_episode", "cross_entropy", "darkroom",
+    "efficiency", "goal_at", "init_cache", "init_params", "make_evaluate", "make_optimizer",
+    "make_train", "regime_state", "rollout", "schedules", "sequence_logits", "shift", "theory",
+]

@@ -1,0 +1,96 @@
+"""Feedback-conditioned causal attention (seed paper, section 4.2, Eqs. 14-16).
+
+Per layer l and head h, with x the layer input (after the pre-attention LayerNorm):
+
+    q_t = (W_Q + diag(rho_t) W_Q^(u)) x_t + U_Q rho_t          (14)
+    k_j = (W_K + diag(g_j)   W_K^(u)) x_j + U_K g_j            (15)
+    v_j = (W_V + diag(g_j)   W_V^(u)) x_j + U_V g_j            (16)
+
+W_Q, W_K, W_V are the base projections (with the usual bias), W^(u) ~ N(0, 0.1^2) and
+U = 0 at initialisation (section 4.3); g_j = tanh(W_s u_j) is read out here, per layer,
+from the utility u_j; rho_t is shared by all layers and passed in. With every switch off
+the module is the standard multi-head causal attention of Vanilla-TF, so the baselines
+share this code. Scores are scaled by 1/sqrt(d_m).
+
+Keys and values live in a KVCache of the full context N, written at the chunk's
+global positions: one call with the whole sequence is the parallel forward pass, calls
+with one step each are causal step-by-step inference, and the two agree.
+"""
+from __future__ import annotations
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from uat_jax.config import ModelConfig
+from uat_jax.utility import GateReadout
+
+
+@struct.dataclass
+class KVCache:
+    keys: jax.Array  # [N, H, d_m]
+    values: jax.Array  # [N, H, d_m]
+
+
+def empty_kv(cfg: ModelConfig) -> KVCache:
+    shape = (cfg.context, cfg.n_heads, cfg.d_head)
+    return KVCache(keys=jnp.zeros(shape), values=jnp.zeros(shape))
+
+
+def _write(buffer: jax.Array, chunk: jax.Array, start: jax.Array) -> jax.Array:
+    """buffer with rows start .. start + n - 1 replaced by chunk [n, ...].
+
+    A select rather than ``dynamic_update_slice``, whose batching rule is a scatter
+    (slow on CPU under vmap); a chunk covering the whole context is returned as is."""
+    n, N = chunk.shape[0], buffer.shape[0]
+    if n == N:
+        return chunk.astype(buffer.dtype)
+    rel = jnp.arange(N) - start
+    inside = ((rel >= 0) & (rel < n)).reshape((N,) + (1,) * (buffer.ndim - 1))
+    return jnp.where(inside, chunk[jnp.clip(rel, 0, n - 1)].astype(buffer.dtype), buffer)
+
+
+class FeedbackAttention(nn.Module):
+    """Utility-affine multi-head causal attention; switches from ``cfg`` (Table 4)."""
+
+    cfg: ModelConfig
+
+    def _modulated(self, name: str, x: jax.Array, base: jax.Array, gate: jax.Array) -> jax.Array:
+        """base + diag(gate) W^(u) x + U gate, per head (one of Eqs. 14-16)."""
+        cfg = self.cfg
+        w_u = self.param(f"W{name}_u", nn.initializers.normal(cfg.w_u_init_std),
+                         (cfg.n_heads, cfg.d_head, cfg.d_model))
+        out = base + gate * jnp.einsum("nd,hmd->nhm", x, w_u)
+        if cfg.utility_bias:
+            u_bias = self.param(f"U{name}", nn.initializers.zeros,
+                                (cfg.n_heads, cfg.d_head, cfg.d_head))
+            out = out + jnp.einsum("nhk,hmk->nhm", gate, u_bias)
+        return out
+
+    @nn.compact
+    def __call__(self, x: jax.Array, positions: jax.Array, rho: jax.Array | None,
+                 u: jax.Array | None, cache: KVCache) -> tuple[jax.Array, KVCache]:
+        """x [n, d] at global token positions [n] (contiguous); rho [n, H, d_m] or None;
+        u [n, d_u] or None; returns (output [n, d], updated cache)."""
+        cfg = self.cfg
+        chex.assert_shape(x, (positions.shape[0], cfg.d_model))
+        self.sow("intermediates", "attn_input", x)
+        proj = lambda name: nn.DenseGeneral((cfg.n_heads, cfg.d_head), name=name)
+        q, k, v = proj("W_Q")(x), proj("W_K")(x), proj("W_V")(x)
+        if rho is not None:
+            q = self._modulated("_Q", x, q, rho)
+        if u is not None:
+            g = GateReadout(cfg.n_heads, cfg.d_head, name="local_gate")(u)
+            k = self._modulated("_K", x, k, g)
+            v = self._modulated("_V", x, v, g)
+        keys, values = _write(cache.keys, k, positions[0]), _write(cache.values, v, positions[0])
+        logits = jnp.einsum("nhm,khm->hnk", q, keys) / jnp.sqrt(cfg.d_head).astype(q.dtype)
+        mask = jnp.arange(cfg.context)[None, :] <= positions[:, None]
+        logits = jnp.where(mask[None], logits, jnp.finfo(logits.dtype).min)
+        self.sow("intermediates", "attn_logits", logits)
+        weights = jax.nn.softmax(logits, axis=-1)
+        out = jnp.einsum("hnk,khm->nhm", weights, values)
+        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), name="W_O")(out)
+        return out, KVCache(keys=keys, values=values)

@@ -1,0 +1,119 @@
+"""Model configuration: UAT, its baselines and its ablations as one frozen dataclass.
+
+Seed paper: "Breaking Feedback-Blindness: Utility-Augmented Transformer (UAT)",
+section 4, Table 3 (Domain A defaults), Table 4 (ablations), section 6.1 (baselines).
+Baselines that share code with UAT are configurations of the same module: ``kind``
+selects how tokens are built and which residual is used; the six ablations of
+Table 4 are switches on ``kind="uat"``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+KINDS = ("uat", "vt", "adt", "dt", "gtrxl")
+"""UAT; Vanilla-TF (observations only); A-DT (shifted (a, r) concatenated to o);
+DT-style (interleaved return-to-go / observation / action tokens); GTrXL (gated residuals)."""
+
+ABLATIONS = ("no_action", "no_reward", "linear", "no_q", "no_kv", "no_bias")
+"""Table 4 variants, in the order of Table 5."""
+
+
+def _check_positive(name: str, value: int | float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches of the decision Transformer family (Table 3, Domain A).
+
+    Sizes are static. ``horizon`` is the episode length T (the context holds one whole
+    episode; histories reset at episode boundaries, Appendix C.1).
+
+    UAT switches (Table 4): ``use_action``/``use_reward`` zero f_a(a) or r before the
+    utility encoder (no-action / no-reward); ``encoder="linear"`` replaces the MLP by
+    u = W [f_a(a); r] (linear); ``modulate_q=False`` removes W_Q^(u), U_Q and rho_t
+    (no-Q); ``modulate_kv=False`` removes W_K^(u), W_V^(u), U_K, U_V and g_j (no-KV);
+    ``utility_bias=False`` removes U_Q, U_K, U_V (no-bias). The switches only matter for
+    ``kind="uat"``.
+    """
+
+    kind: str = "uat"
+    obs_dim: int = 10
+    n_actions: int = 5
+    horizon: int = 60
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 128
+    n_layers: int = 3
+    dropout: float = 0.05
+    d_u: int = 16
+    d_act: int = 8
+    ue_hidden: int = 32
+    ema_decay: float = 0.7
+    w_u_init_std: float = 0.1
+    encoder: str = "mlp"
+    use_action: bool = True
+    use_reward: bool = True
+    modulate_q: bool = True
+    modulate_kv: bool = True
+    utility_bias: bool = True
+    dt_target_return: float = 10.0
+    gtrxl_gate_bias: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.encoder not in ("mlp", "linear"):
+            raise ValueError(f"encoder must be 'mlp' or 'linear', got {self.encoder!r}")
+        for name in ("obs_dim", "horizon", "d_model", "n_heads", "d_ff", "n_layers",
+                     "d_u", "d_act", "ue_hidden"):
+            _check_positive(name, getattr(self, name))
+        if self.n_actions < 2:
+            raise ValueError(f"n_actions must be >= 2, got {self.n_actions}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model must be a multiple of n_heads={self.n_heads}, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+        if not self.w_u_init_std >= 0.0:
+            raise ValueError(f"w_u_init_std must be >= 0, got {self.w_u_init_std}")
+
+    @property
+    def d_head(self) -> int:
+        """Per-head width d_m = d_model / H."""
+        return self.d_model // self.n_heads
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per environment step: 3 for DT-style (a_{t-1}, R_t, o_t), else 1."""
+        return 3 if self.kind == "dt" else 1
+
+    @property
+    def context(self) -> int:
+        """Token context N = tokens_per_step * T."""
+        return self.tokens_per_step * self.horizon
+
+    @property
+    def has_utility(self) -> bool:
+        """Whether the utility encoder exists (UAT with at least one modulated pathway)."""
+        return self.kind == "uat" and (self.modulate_q or self.modulate_kv)
+
+
+def ablation(base: ModelConfig, name: str) -> ModelConfig:
+    """The Table 4 variant ``name`` of the UAT configuration ``base``."""
+    if base.kind != "uat":
+        raise ValueError(f"ablations apply to kind='uat', got kind={base.kind!r}")
+    switches = {
+        "no_action": dict(use_action=False),
+        "no_reward": dict(use_reward=False),
+        "linear": dict(encoder="linear"),
+        "no_q": dict(modulate_q=False),
+        "no_kv": dict(modulate_kv=False),
+        "no_bias": dict(utility_bias=False),
+    }
+    if name not in switches:
+        raise ValueError(f"ablation name must be one of {ABLATIONS}, got {name!r}")
+    return dataclasses.replace(base, **switches[name])

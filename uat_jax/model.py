@@ -1,0 +1,163 @@
+"""The decision Transformer family: UAT and its baselines (seed paper, sections 2, 4, 6.1).
+
+One flax module, ``DecisionTransformer``, whose ``cfg.kind`` chooses the tokens:
+
+- ``vt``, ``gtrxl``, ``uat``: x_j = LN(W^E o_j + p_j) (section 2, Appendix A.1);
+- ``adt``: x_j = LN(W^E [o_j; onehot(a_{j-1}); r_{j-1}] + p_j) (Proposition 2, A-DT);
+- ``dt``: three tokens per step, (a_{t-1}, R_t, o_t), each with its own embedding and
+  a learned position over the 3T tokens; logits are read at the o_t token. Reading of
+  "DT-style" for online causal rollouts: the return-to-go is the DT test-time rule
+  R_t = G - sum_{s<t} r_s with a fixed target G (``dt_target_return``), used in training
+  too, so it depends on shifted rewards only. Starting the triplet with a_{t-1} (a zero
+  start token at t = 1) is DT's interleaving (R_t, o_t, a_t) shifted by one token.
+
+Blocks are pre-LN: x <- x + Attn(LN(x)), x <- x + FFN(LN(x)) (ReLU FFN of width d_ff),
+then a final LN and the task head pi = softmax(W_head h_t^(L) + b_head) of section 4.2
+(reading of the lost block equations: pre-LN, as the seed only says the FFN and LN are
+deterministic maps of the attention output). GTrXL replaces both residual sums by GRU
+gates. UAT feeds
+the utility u_j (local gates, every layer) and rho_t (all layers) to the attention.
+
+The module maps one chunk of n environment steps (obs, a_{j-1}, r_{j-1}) and a
+``DecodeCache`` to (logits [n, A], new cache): the whole episode with a fresh cache is
+the causally masked parallel forward pass; one step at a time is causal inference.
+"""
+from __future__ import annotations
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from uat_jax.attention import FeedbackAttention, KVCache, empty_kv
+from uat_jax.config import ModelConfig
+from uat_jax.feedback import shift
+from uat_jax.gtrxl import GRUGate
+from uat_jax.utility import GateReadout, UtilityEncoder, regime_state
+
+
+@struct.dataclass
+class DecodeCache:
+    """Everything a causal step needs from the steps before it."""
+
+    step: jax.Array  # [] int32, environment steps already consumed
+    kv: KVCache  # keys / values [L, N, H, d_m]
+    regime: jax.Array  # [d_u] ubar of the last consumed step (UAT)
+    reward_sum: jax.Array  # [] sum of the rewards fed so far (DT-style return-to-go)
+
+
+def init_cache(cfg: ModelConfig) -> DecodeCache:
+    """The empty cache of one sequence."""
+    kv = jax.tree.map(lambda a: jnp.zeros((cfg.n_layers,) + a.shape, a.dtype), empty_kv(cfg))
+    return DecodeCache(step=jnp.zeros((), jnp.int32), kv=kv, regime=jnp.zeros(cfg.d_u),
+                       reward_sum=jnp.zeros(()))
+
+
+class Block(nn.Module):
+    """One pre-LN Transformer layer (plain residuals, or GRU gates for GTrXL); scanned
+    over the L layers, so every parameter and cache entry has a leading layer axis."""
+
+    cfg: ModelConfig
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x, kv: KVCache, positions, rho, u):
+        cfg = self.cfg
+        drop = lambda y: nn.Dropout(cfg.dropout)(y, deterministic=self.deterministic)
+        y, kv = FeedbackAttention(cfg, name="attn")(nn.LayerNorm(name="ln_attn")(x), positions,
+                                                    rho, u, kv)
+        x = self._residual("gate_attn", x, drop(y))
+        y = nn.LayerNorm(name="ln_ff")(x)
+        y = nn.Dense(cfg.d_model, name="ff_out")(nn.relu(nn.Dense(cfg.d_ff, name="ff_in")(y)))
+        x = self._residual("gate_ff", x, drop(y))
+        return x, kv
+
+    def _residual(self, name: str, x: jax.Array, y: jax.Array) -> jax.Array:
+        if self.cfg.kind == "gtrxl":
+            return GRUGate(self.cfg.gtrxl_gate_bias, name=name)(x, nn.relu(y))
+        return x + y
+
+
+class DecisionTransformer(nn.Module):
+    """UAT / Vanilla-TF / A-DT / DT-style / GTrXL policy over one episode."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, prev_action: jax.Array, prev_reward: jax.Array,
+                 cache: DecodeCache, deterministic: bool = True) -> tuple[jax.Array, DecodeCache]:
+        """obs [n, obs_dim], prev_action [n] int (-1 = none), prev_reward [n] for the
+        steps cache.step .. cache.step + n - 1; returns (logits [n, A], cache)."""
+        cfg = self.cfg
+        n = obs.shape[0]
+        chex.assert_shape(obs, (n, cfg.obs_dim))
+        chex.assert_shape([prev_action, prev_reward], (n,))
+        prev_reward = prev_reward.astype(obs.dtype)
+        tokens, reward_sum = self._tokens(obs, prev_action, prev_reward, cache.reward_sum)
+        k = cfg.tokens_per_step
+        positions = cache.step * k + jnp.arange(n * k)
+        pos_table = self.param("pos_embed", nn.initializers.normal(0.02), (cfg.context, cfg.d_model))
+        x = nn.LayerNorm(name="embed_norm")(tokens + jax.lax.dynamic_slice_in_dim(pos_table, positions[0], n * k))
+        x = nn.Dropout(cfg.dropout)(x, deterministic=deterministic)
+
+        rho, u, regime = None, None, cache.regime
+        if cfg.has_utility:
+            u_steps = UtilityEncoder(cfg, name="utility_encoder")(prev_action, prev_reward)
+            if cfg.modulate_q:
+                ubar = regime_state(u_steps, cache.regime, cfg.ema_decay)
+                rho = GateReadout(cfg.n_heads, cfg.d_head, name="regime_readout")(ubar)
+                regime = ubar[-1]
+            if cfg.modulate_kv:
+                u = u_steps
+
+        layers = nn.scan(Block, variable_axes={"params": 0, "intermediates": 0},
+                         split_rngs={"params": True, "dropout": True},
+                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                         length=cfg.n_layers)
+        x, kv = layers(cfg, deterministic, name="blocks")(x, cache.kv, positions, rho, u)
+        h = nn.LayerNorm(name="final_norm")(x).reshape(n, k, cfg.d_model)[:, -1]
+        logits = nn.Dense(cfg.n_actions, name="head")(h)
+        new_cache = DecodeCache(step=cache.step + n, kv=kv, regime=regime, reward_sum=reward_sum)
+        return logits, new_cache
+
+    def _tokens(self, obs, prev_action, prev_reward, reward_sum):
+        """Token embeddings [n * k, d] before positions, and the updated reward sum."""
+        cfg = self.cfg
+        embed = lambda name, z: nn.Dense(cfg.d_model, name=name)(z)
+        onehot = jax.nn.one_hot(prev_action, cfg.n_actions)
+        rtg = returns_to_go(prev_reward, reward_sum, cfg.dt_target_return)
+        if cfg.kind == "adt":
+            tok = embed("obs_embed", jnp.concatenate([obs, onehot, prev_reward[:, None]], -1))
+        elif cfg.kind == "dt":
+            tok = jnp.stack([embed("action_embed", onehot), embed("rtg_embed", rtg[:, None]),
+                             embed("obs_embed", obs)], axis=1).reshape(-1, cfg.d_model)
+        else:
+            tok = embed("obs_embed", obs)
+        return tok, reward_sum + prev_reward.sum()
+
+
+def returns_to_go(prev_reward: jax.Array, reward_sum: jax.Array, target: float) -> jax.Array:
+    """DT test-time return-to-go R_t = G - sum_{s<t} r_s for the steps of a chunk, from the
+    shifted rewards r_{t-1} [n] and the sum of the rewards fed before the chunk."""
+    return target - (reward_sum + jnp.cumsum(prev_reward))
+
+
+def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions: jax.Array,
+                    rewards: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
+    """Causally masked parallel forward pass over one episode (section 4.3): logits [T, A]
+    at every step from obs [T, obs_dim] and the *unshifted* actions / fed rewards [T];
+    the shift happens here. Dropout is active when ``dropout_key`` is given."""
+    prev_action, prev_reward = shift(actions, rewards)
+    rngs = None if dropout_key is None else {"dropout": dropout_key}
+    logits, _ = model.apply(params, obs, prev_action, prev_reward, init_cache(model.cfg),
+                            deterministic=dropout_key is None, rngs=rngs)
+    return logits
+
+
+def init_params(model: DecisionTransformer, key: jax.Array):
+    """Parameters for one episode-length input."""
+    cfg = model.cfg
+    T = cfg.horizon
+    return model.init(key, jnp.zeros((T, cfg.obs_dim)), jnp.zeros(T, jnp.int32),
+                      jnp.zeros(T), init_cache(cfg))

@@ -1,0 +1,71 @@
+"""Hidden-goal schedules across DarkRoom episodes (seed paper, Appendix C.1).
+
+A *run* is a sequence of episodes sharing one ``run_key``; the goal of episode ``e``
+is a pure function ``goal_at(schedule, run_key, e)`` so any episode of any run is
+drawn without simulating the ones before it. The schedule id is an array leaf, so the
+three schedules vmap in one program. Readings of C.1 (which names the schedules only):
+
+- gradual drift (0): a uniform start cell and a direction v in {-1, 0, 1}^2 \\ {0}; the
+  goal moves one cell along v per episode, reflecting off the border;
+- abrupt jumps (1): a uniform goal, redrawn every ``abrupt_period`` = 6 episodes;
+- cyclic (2): four distinct uniform waypoints visited in turn, one per episode.
+
+Model histories reset at episode boundaries (C.1), so a schedule shapes which goals
+occur, never what a model sees within an episode.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+SCHEDULES = ("gradual", "abrupt", "cyclic")
+ABRUPT_PERIOD = 6
+N_WAYPOINTS = 4
+
+
+def _cell(idx: jax.Array, size: int) -> jax.Array:
+    return jnp.stack([idx // size, idx % size]).astype(jnp.int32)
+
+
+def _reflect(x: jax.Array, size: int) -> jax.Array:
+    """Fold the integer line onto [0, size - 1] by reflection at both ends."""
+    period = 2 * (size - 1)
+    m = jnp.mod(x, period)
+    return jnp.where(m <= size - 1, m, period - m)
+
+
+def gradual(run_key: jax.Array, episode: jax.Array, size: int) -> jax.Array:
+    """Goal of ``episode`` under gradual drift (one cell per episode, reflecting)."""
+    k_start, k_dir = jax.random.split(run_key)
+    start = _cell(jax.random.randint(k_start, (), 0, size * size), size)
+    d = jax.random.randint(k_dir, (), 0, 8)
+    d = d + (d >= 4)  # skip the (0, 0) direction in the 3x3 block
+    v = jnp.stack([d // 3 - 1, d % 3 - 1])
+    return _reflect(start + v * episode, size).astype(jnp.int32)
+
+
+def abrupt(run_key: jax.Array, episode: jax.Array, size: int) -> jax.Array:
+    """Goal of ``episode`` under abrupt jumps every ABRUPT_PERIOD episodes."""
+    key = jax.random.fold_in(run_key, episode // ABRUPT_PERIOD)
+    return _cell(jax.random.randint(key, (), 0, size * size), size)
+
+
+def cyclic(run_key: jax.Array, episode: jax.Array, size: int) -> jax.Array:
+    """Goal of ``episode`` under the four-waypoint cycle."""
+    waypoints = jax.random.choice(run_key, size * size, (N_WAYPOINTS,), replace=False)
+    return _cell(waypoints[episode % N_WAYPOINTS], size)
+
+
+def goal_at(schedule: jax.Array, run_key: jax.Array, episode: jax.Array, size: int) -> jax.Array:
+    """Goal [2] of ``episode`` of the run ``run_key`` under schedule id ``schedule``."""
+    branches = [functools.partial(fn, size=size) for fn in (gradual, abrupt, cyclic)]
+    return jax.lax.switch(schedule, branches, run_key, episode)
+
+
+def schedule_id(name: str) -> int:
+    """Index of a schedule name in SCHEDULES."""
+    if name not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {name!r}")
+    return SCHEDULES.index(name)

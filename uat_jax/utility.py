@@ -1,0 +1,69 @@
+"""Utility encoder, gate readouts and regime state (seed paper, section 4.1, Table 3).
+
+u_j = E(f_a(a_{j-1}), r_{j-1}) in R^{d_u}. The displayed form of E was lost from the
+seed; reading of section 4.1 / Table 3 ("two-layer MLP", "UE hidden dim" 32, ReLU cited
+there): E(z) = W_2 relu(W_1 z + b_1) + b_2 on z = [f_a(a); r] in R^{d_act + 1}, with
+f_a a learned table of n_actions rows of width d_act, applied to the one-hot action,
+so the zero pair at j = 1 (NO_ACTION) gives f_a = 0. The Table 4 "linear" variant is
+u = W z (no bias, as written there). "no-action" feeds f_a = 0, "no-reward" feeds r = 0.
+
+Gates: g_j^(l,h) = tanh(W_s^(l,h) u_j) and rho_t^(h) = tanh(W_rho^(h) ubar_t), both
+bias-free readouts in [-1, 1]^{d_m}, initialised to zero (section 4.3). Regime state:
+ubar_t = lambda ubar_{t-1} + (1 - lambda) u_t with ubar_0 = 0 (section 4.1).
+"""
+from __future__ import annotations
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from uat_jax.config import ModelConfig
+
+
+class UtilityEncoder(nn.Module):
+    """E(f_a(a_{j-1}), r_{j-1}) of section 4.1 with the Table 4 encoder switches."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, prev_action: jax.Array, prev_reward: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        chex.assert_rank(prev_action, 1)
+        chex.assert_equal_shape([prev_action, prev_reward])
+        if cfg.use_action:
+            table = self.param("action_embedding", nn.initializers.normal(1.0),
+                               (cfg.n_actions, cfg.d_act))
+            f_a = jax.nn.one_hot(prev_action, cfg.n_actions) @ table
+        else:
+            f_a = jnp.zeros(prev_action.shape + (cfg.d_act,))
+        r = prev_reward if cfg.use_reward else jnp.zeros_like(prev_reward)
+        z = jnp.concatenate([f_a, r[:, None].astype(f_a.dtype)], axis=-1)
+        if cfg.encoder == "linear":
+            return nn.Dense(cfg.d_u, use_bias=False, name="linear")(z)
+        hidden = nn.relu(nn.Dense(cfg.ue_hidden, name="hidden")(z))
+        return nn.Dense(cfg.d_u, name="out")(hidden)
+
+
+class GateReadout(nn.Module):
+    """tanh(W u) per head: [n, d_u] -> [n, H, d_m]; W is bias-free and starts at 0."""
+
+    n_heads: int
+    d_head: int
+
+    @nn.compact
+    def __call__(self, u: jax.Array) -> jax.Array:
+        w = self.param("W", nn.initializers.zeros, (self.n_heads, self.d_head, u.shape[-1]))
+        return jnp.tanh(jnp.einsum("nk,hmk->nhm", u, w))
+
+
+def regime_state(u: jax.Array, ubar_prev: jax.Array, decay: float) -> jax.Array:
+    """ubar_j = decay * ubar_{j-1} + (1 - decay) u_j for the rows of u [n, d_u],
+    starting from ubar_prev [d_u]; returns all ubar_j [n, d_u]."""
+    chex.assert_rank(u, 2)
+
+    def body(prev, u_j):
+        cur = decay * prev + (1.0 - decay) * u_j
+        return cur, cur
+
+    return jax.lax.scan(body, ubar_prev, u)[1]
