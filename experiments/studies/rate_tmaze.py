@@ -87,7 +87,7 @@ class TMazeStudyConfig:
 QUICK = TMazeStudyConfig(
     base=rate_jax.ModelConfig(segment_len=6, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=0,
                               num_mem_tokens=3, mem_len=0, n_head_ca=1),
-    num_segments=3, variants=("RATE", "DT", "RMT", "TrXL"), seeds=3, num_steps=400, chunks=2, batch_size=32,
+    num_segments=3, variants=("RATE", "DT"), seeds=3, num_steps=400, chunks=2, batch_size=32,
     num_train=256, num_val=64, learning_rate=1e-3, warmup_steps=20, weight_decay=0.01,
     eval_corridors=(4, 10, 16, 22, 34, 58), episodes=48)
 # The authors' T-Maze RATE (run_experiments/TMaze.sh): 10 layers, d 64, 4 heads x 32, no FFN,
