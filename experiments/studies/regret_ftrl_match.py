@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import regret_jax as rj
-from experiments import io, sweep
+from experiments import io
 from experiments.registry import Check, RunContext, StudyOutput, study
-from experiments.studies.regret_stationarity import ScanConfig, scan_cell, summarise_cell
+from experiments.studies.regret_stationarity import root_at
+from experiments.studies.regret_training import train_seeds
 
 TV_MAX = 0.10  # learned policy within 10% total-variation mass of the fitted FTRL policy
 ETA_REL_MAX = 0.25  # |mean eta_hat - eta*| / eta* allowed
@@ -60,20 +61,14 @@ def run(ctx: RunContext) -> StudyOutput:
     config = QUICK if ctx.quick else FULL
     num_seeds = ctx.seeds or config.num_seeds
     tc = config.train
-    keys = jax.random.key_data(jax.random.split(jax.random.key(0), num_seeds))
-    train = rj.make_train(tc)
-    res = sweep.sweep_map(lambda k: train(jax.random.wrap_key_data(k)), keys, chunk_size=num_seeds,
-                          ckpt_dir=ctx.checkpoint_dir("train"), fingerprint=dataclasses.asdict(tc), resume=ctx.resume,
-                          desc="train seeds")
+    res = train_seeds(ctx, tc, num_seeds)
     model = rj.build_model(tc)
     heldout = jax.random.normal(jax.random.key(123), (config.heldout_sequences, tc.T, tc.d))
     etas = jnp.geomspace(0.05, 8.0, 60) / np.sqrt(tc.T)
     fit = jax.jit(lambda v, h: fit_seed(model, v, h, etas))  # held-out data as an argument, not a constant
     per_seed = [jax.tree.map(float, fit(jax.tree.map(lambda x: x[s], res.outputs.variables), heldout)) for s in range(num_seeds)]
 
-    scan = ScanConfig(ds=(tc.d,), Ts=(tc.T,), num_sequences=config.scan_sequences)
-    (R, dR), scan_etas, scan_compile = scan_cell(scan, tc.d, tc.T, ctx.checkpoint_dir("scan"), ctx.resume)
-    root = summarise_cell(R, dR, scan_etas, tc.d, tc.T)
+    root, scan_compile = root_at(tc.d, tc.T, config.scan_sequences, ctx.checkpoint_dir("scan"), ctx.resume)
     eta_star, eta_se = root["eta_star"], root["se"]
 
     def stat(name):

@@ -103,6 +103,19 @@ def summarise_cell(R: np.ndarray, dR: np.ndarray, etas: np.ndarray, d: int, T: i
     }
 
 
+def root_at(d: int, T: int, num_sequences: int, ckpt_dir=None, resume: bool = False) -> tuple[dict, float]:
+    """The Theorem-1 root eta* at one (d, T) cell, for studies that compare with FTRL at eta*.
+
+    Returns (the :func:`summarise_cell` row, compile seconds).  Uses the default grid of
+    :class:`ScanConfig`, with the chunk capped at ``num_sequences`` (a size that does
+    not depend on the device count).
+    """
+    config = ScanConfig(ds=(d,), Ts=(T,), num_sequences=num_sequences,
+                        chunk_size=min(ScanConfig.chunk_size, num_sequences))
+    (R, dR), etas, compile_s = scan_cell(config, d, T, ckpt_dir, resume)
+    return summarise_cell(R, dR, etas, d, T), compile_s
+
+
 def structure_checks(config: ScanConfig, eta_star: float) -> dict:
     """Spec 5.3 block gradients at eta* (and at eta*/2, where they must not vanish) and Phi' = d F' (spec 10.5)."""
     d, T = config.structure_cell

@@ -17,9 +17,10 @@ import jax
 import numpy as np
 
 import regret_jax as rj
-from experiments import io, sweep
+from experiments import io
 from experiments.registry import Check, RunContext, StudyOutput, study
-from experiments.studies.regret_stationarity import ScanConfig, scan_cell, summarise_cell
+from experiments.studies.regret_stationarity import root_at
+from experiments.studies.regret_training import train_seeds
 
 FAR_BELOW = 0.5  # "far below uniform": at most half the uniform CE gap
 
@@ -49,14 +50,9 @@ def run(ctx: RunContext) -> StudyOutput:
     config = QUICK if ctx.quick else FULL
     tc, d = config.train, config.train.d
     num_seeds = ctx.seeds or 1
-    keys = jax.random.key_data(jax.random.split(jax.random.key(0), num_seeds))
-    train = rj.make_train(tc)
-    res = sweep.sweep_map(lambda k: train(jax.random.wrap_key_data(k)), keys, chunk_size=num_seeds,
-                          ckpt_dir=ctx.checkpoint_dir("train"), fingerprint=dataclasses.asdict(tc), resume=ctx.resume,
-                          desc="train swap model")
-    scan = ScanConfig(ds=(d,), Ts=(config.T,), num_sequences=config.scan_sequences)
-    (R, dR), scan_etas, scan_compile = scan_cell(scan, d, config.T, ctx.checkpoint_dir("scan"), ctx.resume)
-    eta = summarise_cell(R, dR, scan_etas, d, config.T)["eta_star"]
+    res = train_seeds(ctx, tc, num_seeds)
+    root, scan_compile = root_at(d, config.T, config.scan_sequences, ctx.checkpoint_dir("scan"), ctx.resume)
+    eta = root["eta_star"]
 
     game = rj.zero_sum_game(rj.WEIGHTED_RPS)
     play = jax.jit(lambda learner: rj.self_play(learner, learner, game, config.T))

@@ -52,11 +52,11 @@ def test_multihead_bm_configuration_reads_own_block(x64):
 
 def test_module_init_shapes_and_heads_differ():
     d = 3
-    variables = rj.MultiHeadSimplexAttention(d).init(jax.random.key(0), jnp.zeros((4, d * d)))
+    variables = jax.jit(rj.MultiHeadSimplexAttention(d).init)(jax.random.key(0), jnp.zeros((4, d * d)))
     heads = variables["params"]["heads"]
     assert heads["V"].shape == (d, d, d * d) and heads["k"].shape == (d, d * d) and heads["b"].shape == (d,)
     assert not np.allclose(heads["V"][0], heads["V"][1])
-    single = rj.SimplexAttention(d).init(jax.random.key(0), jnp.zeros((4, d)))["params"]["head"]
+    single = jax.eval_shape(rj.SimplexAttention(d).init, jax.random.key(0), jnp.zeros((4, d)))["params"]["head"]
     assert single["V"].shape == (d, d) and single["b"].shape == ()
 
 

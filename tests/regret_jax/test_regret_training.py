@@ -19,9 +19,10 @@ def test_config_validation(kwargs, field):
 
 def test_fit_eta_recovers_ftrl_step():
     losses = jax.random.normal(jax.random.key(0), (64, 20, 4))
+    fit = jax.jit(rj.fit_eta)  # one compile for both steps
     for eta0 in (0.13, 0.41):
         pols = jax.vmap(rj.ftrl_policies, in_axes=(0, None))(losses, eta0)
-        eta_hat = rj.fit_eta(pols, losses, jnp.linspace(0.02, 1.0, 25))
+        eta_hat = fit(pols, losses, jnp.linspace(0.02, 1.0, 25))
         assert abs(float(eta_hat) - eta0) < 1e-4
         assert float(rj.policy_mse(pols, losses, eta_hat)) < 1e-9
 
@@ -30,16 +31,17 @@ def test_transformer_is_causal_and_online_matches_batch():
     d, T = 3, 8
     model = rj.CausalTransformer(d, num_layers=1, num_heads=4, d_model=8, max_len=T)
     losses = jax.random.normal(jax.random.key(0), (T, d))
-    variables = model.init(jax.random.key(1), losses)
-    pols = model.apply(variables, losses)
+    variables = jax.jit(model.init)(jax.random.key(1), losses)
+    apply = jax.jit(model.apply)
+    pols = apply(variables, losses)
     np.testing.assert_allclose(np.asarray(pols.sum(-1)), 1.0, rtol=1e-5)
-    changed = model.apply(variables, losses.at[4].set(10.0))  # l_5 only affects pi_6..pi_T
+    changed = apply(variables, losses.at[4].set(10.0))  # l_5 only affects pi_6..pi_T
     np.testing.assert_allclose(np.asarray(changed[:5]), np.asarray(pols[:5]), atol=1e-6)
     assert not np.allclose(changed[5], pols[5])
-    online = rj.run_online(rj.sequence_model_learner(model, variables, T, d), losses)
+    online = jax.jit(lambda v, l: rj.run_online(rj.sequence_model_learner(model, v, T, d), l))(variables, losses)
     np.testing.assert_allclose(np.asarray(online.policies), np.asarray(pols), atol=1e-5)
     config = rj.TrainConfig(model="transformer", d=d, T=T, batch_size=2, num_layers=1, d_model=8)
-    assert np.isfinite(float(rj.make_loss(config, model)(variables, jax.random.key(2))))
+    assert np.isfinite(float(jax.jit(rj.make_loss(config, model))(variables, jax.random.key(2))))
 
 
 def _heldout_loss(model, variables, losses):
@@ -61,15 +63,16 @@ def test_attention_training_beats_uniform_and_moves_toward_ftrl():
 
 def test_multihead_training_step_shapes():
     config = rj.TrainConfig(model="multihead", d=3, T=4, batch_size=2, num_steps=2)
-    out = rj.make_train(config)(jax.random.key(0))
+    out = jax.jit(rj.make_train(config))(jax.random.key(0))
     assert out.loss_curve.shape == (2,) and np.all(np.isfinite(np.asarray(out.loss_curve)))
     assert out.variables["params"]["heads"]["V"].shape == (3, 3, 9)
 
 
 def test_swap_learner_with_learned_heads_stays_on_simplex():
-    heads = rj.MultiHeadSimplexAttention(3, init_scale=0.5).init(jax.random.key(0), jnp.zeros((2, 9)))["params"]["heads"]
+    heads = jax.jit(rj.MultiHeadSimplexAttention(3, init_scale=0.5).init)(jax.random.key(0), jnp.zeros((2, 9)))["params"]["heads"]
     losses = jax.random.normal(jax.random.key(1), (10, 3))
+    run = jax.jit(lambda c: rj.run_online(rj.swap_learner(heads, c), losses).policies)  # c is a leaf: one compile
     for c in (1.0, 3.0):
-        pols = rj.run_online(rj.swap_learner(heads, c), losses).policies
+        pols = run(c)
         np.testing.assert_allclose(np.asarray(pols.sum(-1)), 1.0, rtol=1e-5)
         assert np.all(np.asarray(pols) > 0)

@@ -1,0 +1,86 @@
+"""Tiny run of the regret.deep core, and its evaluation pieces against numpy loops."""
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import regret_jax as rj
+from experiments.registry import RunContext
+from experiments.studies.regret_deep import DeepConfig, baseline_regret_curves, biased_sequences, deep_study, model_regret_curves
+
+
+def _numpy_cumulative_regret(policies, losses):
+    """Reg(t) = sum_{s<=t} <pi_s, l_s> - min_a L_{t,a}, as an explicit loop over t."""
+    out, played, cum = [], 0.0, np.zeros(losses.shape[-1])
+    for p, l in zip(policies, losses):
+        played += float(p @ l)
+        cum = cum + l
+        out.append(played - cum.min())
+    return np.array(out)
+
+
+def _numpy_ftrl(losses, eta):
+    pols, cum = [], np.zeros(losses.shape[-1])
+    for l in losses:
+        w = np.exp(-eta * (cum - cum.min()))
+        pols.append(w / w.sum())
+        cum = cum + l
+    return np.array(pols)
+
+
+def test_biased_sequences_have_per_sequence_means():
+    losses, mu = biased_sequences(jax.random.key(0), 400, 50, 3, 2.0)
+    losses, mu = np.asarray(losses), np.asarray(mu)
+    assert losses.shape == (400, 50, 3) and mu.shape == (400, 3)
+    noise = losses - mu[:, None, :]
+    assert abs(noise.mean()) < 0.02 and abs(noise.std() - 1) < 0.02  # unit Gaussian noise around mu
+    assert abs(mu.std() - 2.0) < 0.15  # mu ~ N(0, 2^2 I)
+    assert np.abs(losses.mean(axis=1) - mu).max() < 5 / np.sqrt(50)  # each sequence centred on its own mu
+
+
+def test_regret_curves_match_numpy_loops_per_seed():
+    d, T = 3, 7
+    model = rj.CausalTransformer(d, num_layers=1, num_heads=2, d_model=8, max_len=T)
+    v0 = jax.jit(model.init)(jax.random.key(1), np.zeros((T, d), np.float32))
+    seeds = jax.tree.map(lambda x: np.stack([x, 1.3 * x + 0.05]), v0)  # two different parameter sets
+    losses, _ = biased_sequences(jax.random.key(2), 5, T, d, 1.0)
+    curves = np.asarray(jax.jit(lambda v, l: model_regret_curves(model, v, l, batch=2))(seeds, losses))
+    assert curves.shape == (2, 5, T)
+    policies = np.asarray(jax.jit(jax.vmap(jax.vmap(model.apply, (None, 0)), (0, None)))(seeds, losses), np.float64)
+    for s in range(2):
+        for n in range(5):
+            np.testing.assert_allclose(curves[s, n], _numpy_cumulative_regret(policies[s, n], np.asarray(losses[n], np.float64)), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(curves[0], curves[1])  # seeds differ
+    base = jax.tree.map(np.asarray, jax.jit(baseline_regret_curves)(losses, 0.4))
+    for n in range(5):
+        ln = np.asarray(losses[n], np.float64)
+        np.testing.assert_allclose(base["uniform"][n], _numpy_cumulative_regret(np.full((T, d), 1 / d), ln), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(base["ftrl"][n], _numpy_cumulative_regret(_numpy_ftrl(ln, 0.4), ln), rtol=1e-4, atol=1e-4)
+
+
+def test_deep_study_core_tiny(tmp_path):
+    tc = rj.TrainConfig(model="transformer", d=3, T=6, batch_size=8, num_steps=20, learning_rate=3e-3, num_heads=2, d_model=8)
+    config = DeepConfig(tc, depths=(1,), num_seeds=2, heldout_sequences=40, scan_sequences=1000, eval_batch=16)
+    ctx = RunContext(study="regret.deep", quick=True, seeds=None, out_dir=tmp_path, resume=False)
+    out = deep_study(config, ctx)
+    m = out.metrics
+    for name in ("1layer", "uniform", "ftrl"):
+        assert np.isfinite(m[f"regret_final_{name}"]) and m[f"regret_final_{name}_std"] > 0
+    assert [c.name for c in out.checks] == ["1layer_far_below_uniform"]
+    assert out.checks[0].value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"])
+    assert m["sq_regret_gauss_uniform"] == pytest.approx(m["sq_regret_gauss_uniform_exact"], rel=0.5)  # 40 sequences only
+    for f in ("regret_curves.csv", "regret_curves.npz", "regret_curves.png"):
+        assert (tmp_path / f).exists()
+    curves = np.load(tmp_path / "regret_curves.npz")
+    assert curves["1layer"].shape == (2, 40, 6) and curves["uniform"].shape == (40, 6)
+    json.dumps(out.config)  # the config is JSON-serialisable
+
+
+@pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale")])
+def test_deep_config_validates(kwargs, field):
+    tc = rj.TrainConfig(model="transformer", d=3, T=6)
+    with pytest.raises(ValueError, match=field):
+        DeepConfig(tc, **kwargs)
+    with pytest.raises(ValueError, match="train.model"):
+        DeepConfig(rj.TrainConfig(model="attention"))
