@@ -2,7 +2,7 @@
 a list of DarkRoom tasks x seeds as one vmapped, sharded, checkpointed ``sweep_map``.
 
 Sizes: FULL is Table 3 (Domain A); QUICK is a CPU size (d_model 32, 2 layers, batch 32,
-80 epochs, episodes of T = 30 steps, 2 seeds) that still separates feedback-aware from
+200 epochs, episodes of T = 30 steps, 2 seeds) that still separates feedback-aware from
 observation-only models.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Size:
 
 FULL = Size(d_model=64, n_heads=4, d_ff=128, n_layers=3, batch_size=256, epochs=500,
             eval_episodes=256, seeds=3)
-QUICK = Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, batch_size=32, epochs=80,
+QUICK = Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, batch_size=32, epochs=200,
              eval_episodes=64, seeds=2, horizon=30)
 
 
