@@ -14,12 +14,13 @@ deterministic ``R(s,a)``: sampling noise comes from successors and successor act
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import io, sweep
+from experiments import benchmark, io, sweep
 from experiments.registry import Check, RunContext, StudyOutput, bench, study
 from pmd_jax import decoder
 from pmd_jax.bound import returned_policy_bound
@@ -248,10 +249,6 @@ def run(ctx: RunContext) -> StudyOutput:
 @bench("pmd.coverage")
 def run_bench(ctx: RunContext) -> dict:
     """The whole study as one program against a Python loop over MDPs and arms calling one jitted round."""
-    import time
-
-    from experiments import benchmark
-
     cfg = CoverageConfig()
     items = _mdps(cfg)
     program = jax.vmap(_runner_on_raw_keys(cfg))

@@ -34,8 +34,7 @@ def run(ctx: RunContext) -> StudyOutput:
     schedules = ("gradual",) if ctx.quick else uat.SCHEDULES
     tasks = [uat.Task.make(s) for s in schedules]
     metrics, compile_s = {}, 0.0
-    variants = VARIANTS
-    for variant in variants:
+    for variant in VARIANTS:
         cfg = size.train_config("uat", None if variant == "uat" else variant)
         out, c_s = run_cells(ctx, f"ablation_{variant}", cfg, tasks, size.seeds)
         compile_s += c_s
@@ -51,13 +50,13 @@ def run(ctx: RunContext) -> StudyOutput:
             gap = abs(full - metrics[f"acc_{variant}_{sched}"])
             checks.append(Check(f"{variant}_stays_near_{sched}", gap, f"<= {STAY_NEAR}", gap <= STAY_NEAR))
     io.write_csv(ctx.out_dir / "ablation.csv",
-                 {"variant": [v for v in variants for _ in schedules],
-                  "schedule": [s for _ in variants for s in schedules],
-                  "accuracy": [metrics[f"acc_{v}_{s}"] for v in variants for s in schedules],
-                  "accuracy_std": [metrics[f"acc_{v}_{s}_std"] for v in variants for s in schedules]})
-    _figure(metrics, variants, schedules, ctx.out_dir / "ablation.png")
+                 {"variant": [v for v in VARIANTS for _ in schedules],
+                  "schedule": [s for _ in VARIANTS for s in schedules],
+                  "accuracy": [metrics[f"acc_{v}_{s}"] for v in VARIANTS for s in schedules],
+                  "accuracy_std": [metrics[f"acc_{v}_{s}_std"] for v in VARIANTS for s in schedules]})
+    _figure(metrics, VARIANTS, schedules, ctx.out_dir / "ablation.png")
     paper = {f"acc_{v}_{s}": accs[uat.SCHEDULES.index(s)] for v, accs in PAPER_ACC.items() for s in schedules}
-    return StudyOutput(config={"size": size.__dict__, "schedules": schedules, "variants": variants},
+    return StudyOutput(config={"size": size.__dict__, "schedules": schedules, "variants": VARIANTS},
                        metrics=metrics, checks=checks, paper=paper, compile_s=compile_s)
 
 
