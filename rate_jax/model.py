@@ -73,23 +73,51 @@ class SegmentOutput:
     mrv_attention: jax.Array
 
 
+@struct.dataclass
+class DecodeState:
+    """Per-layer buffers of one segment for incremental inference, tuples of n_layer arrays:
+    keys [B, H, d_head, C + Q] and values [B, H, C + Q, d_head] (the C = mem_len cache
+    positions first, then the Q = 2m + 3K positions of concat(M_n, S_n, M_n)); inputs
+    [B, Q, d], each layer's inputs (for the next cache; empty without a cache)."""
+
+    keys: tuple
+    values: tuple
+    inputs: tuple
+
+
 class DecoderLayer(nn.Module):
     """One post-LN Transformer-XL layer: x <- LN(x + Attn(x; cache)), x <- LN(x + FFN(x))."""
 
     config: ModelConfig
 
-    @nn.compact
-    def __call__(self, x, cache, mask, r_w_bias, r_r_bias, deterministic: bool):
+    def setup(self):
         c = self.config
-        attn = RelativeMultiHeadAttention(c.n_head, c.d_head, c.d_model, c.dropatt, name="attn")(
-            x, cache, mask, r_w_bias, r_r_bias, deterministic)
-        x = nn.LayerNorm(name="ln_attn")(x + nn.Dropout(c.dropout)(attn, deterministic=deterministic))
+        self.attn = RelativeMultiHeadAttention(c.n_head, c.d_head, c.d_model, c.dropatt)
+        self.ln_attn = nn.LayerNorm()
         if c.d_inner > 0:
-            f = nn.relu(nn.Dense(c.d_inner, name="ff_in")(x))
-            f = nn.Dropout(c.dropout)(f, deterministic=deterministic)
-            f = nn.Dropout(c.dropout)(nn.Dense(c.d_model, name="ff_out")(f), deterministic=deterministic)
-            x = nn.LayerNorm(name="ln_ff")(x + f)
+            self.ff_in = nn.Dense(c.d_inner)
+            self.ff_out = nn.Dense(c.d_model)
+            self.ln_ff = nn.LayerNorm()
+        self.drop = nn.Dropout(c.dropout)
+
+    def _residuals(self, x, attn, deterministic: bool):
+        """Both post-LN residual steps around the attention output ``attn``."""
+        x = self.ln_attn(x + self.drop(attn, deterministic=deterministic))
+        if self.config.d_inner > 0:
+            f = self.drop(nn.relu(self.ff_in(x)), deterministic=deterministic)
+            x = self.ln_ff(x + self.drop(self.ff_out(f), deterministic=deterministic))
         return x
+
+    def __call__(self, x, cache, mask, r_w_bias, r_r_bias, deterministic: bool):
+        return self._residuals(x, self.attn(x, cache, mask, r_w_bias, r_r_bias, deterministic), deterministic)
+
+    def decode(self, x, keys, values, start, mask, r_w_bias, r_r_bias):
+        """The layer for new inputs x [B, n, d] against key/value buffers (see ``attention.decode``)."""
+        attn, keys, values = self.attn.decode(x, keys, values, start, mask, r_w_bias, r_r_bias)
+        return self._residuals(x, attn, True), keys, values
+
+    def key_values(self, x):
+        return self.attn.key_values(x)
 
 
 class RATE(nn.Module):
@@ -137,6 +165,81 @@ class RATE(nn.Module):
         b, k = segment.rtg.shape
         return tokens.reshape(b, 3 * k, c.d_model)
 
+    def _inputs(self, segment: Segment, carry: Carry) -> jax.Array:
+        """concat(M_n, S_n, M_n): [B, Q, d] with Q = 2m + 3K."""
+        return jnp.concatenate([carry.memory, self.embed(segment), carry.memory], axis=1)
+
+    def _mask(self, carry: Carry) -> tuple[jax.Array, jax.Array]:
+        """The segment mask with invalid cache entries removed, [B, Q, C + Q], and key validity [B, C + Q]."""
+        c = self.config
+        b = carry.cache_valid.shape[0]
+        static = jnp.asarray(segment_mask(3 * c.segment_len, c.num_mem_tokens, c.mem_len, c.read_mem_from_cache))
+        key_valid = jnp.concatenate([carry.cache_valid, jnp.ones((b, static.shape[0]), dtype=bool)], axis=1)
+        return static[None] & key_valid[:, None, :], key_valid
+
+    def _next_carry(self, carry: Carry, layer_inputs, write, key_valid) -> tuple[Carry, jax.Array]:
+        """M_{n+1} (write outputs through the activation and MRV when on) and the cache of
+        every layer (its last mem_len inputs, without gradient). Returns (carry, MRV attention)."""
+        c = self.config
+        if c.n_head_ca > 0:
+            memory, attn = self.mrv(carry.memory, mrv_activation(c.mrv_act)(write))
+        else:
+            memory, attn = write, jnp.zeros((write.shape[0], 0) + write.shape[1:2] * 2)
+        if c.mem_len:
+            cache = jnp.stack([jnp.concatenate([old, jax.lax.stop_gradient(x)], axis=1)[:, -c.mem_len:]
+                               for old, x in zip(carry.cache, layer_inputs)])
+            cache_valid = key_valid[:, -c.mem_len:]
+        else:
+            cache, cache_valid = carry.cache, carry.cache_valid
+        return Carry(memory=memory, cache=cache, cache_valid=cache_valid), attn
+
+    def decode_start(self, carry: Carry) -> DecodeState:
+        """Buffers for a new segment: keys and values of every layer's cache, zeros elsewhere."""
+        c = self.config
+        q_len = c.tokens_per_segment
+        kv = [layer.key_values(cache) for layer, cache in zip(self.layers, carry.cache)]
+        b = carry.memory.shape[0]
+        inputs = tuple(jnp.zeros((b, q_len, c.d_model)) for _ in self.layers) if c.mem_len else ()
+        return DecodeState(keys=tuple(jnp.pad(k, [(0, 0)] * 3 + [(0, q_len)]) for k, _ in kv),
+                           values=tuple(jnp.pad(v, [(0, 0), (0, 0), (0, q_len), (0, 0)]) for _, v in kv),
+                           inputs=inputs)
+
+    def _decode_rows(self, segment: Segment, carry: Carry, state: DecodeState, start, num: int):
+        """Outputs [B, num, d] of positions start .. start + num - 1 and the state with them added."""
+        c = self.config
+        x = jax.lax.dynamic_slice_in_dim(self._inputs(segment, carry), start, num, axis=1)
+        mask = jax.lax.dynamic_slice_in_dim(self._mask(carry)[0], start, num, axis=1)
+        keys, values, inputs = [], [], []
+        for i, layer in enumerate(self.layers):
+            if c.mem_len:
+                inputs.append(jax.lax.dynamic_update_slice_in_dim(state.inputs[i], x, start, axis=1))
+            x, k, v = layer.decode(x, state.keys[i], state.values[i], start + c.mem_len, mask, self.r_w_bias,
+                                   self.r_r_bias)
+            keys.append(k)
+            values.append(v)
+        return x, DecodeState(keys=tuple(keys), values=tuple(values), inputs=tuple(inputs))
+
+    def decode(self, segment: Segment, carry: Carry, state: DecodeState, start, num: int
+               ) -> tuple[jax.Array, DecodeState]:
+        """Incremental inference: the ``num`` positions start .. start + num - 1 of concat(M_n, S_n, M_n).
+
+        Runs only these positions through the layers, against the buffers of ``state`` (every
+        position they may attend to must already be in it) and adds their keys and values.
+        Returns the logits [B, A] read at the last of them (the caller makes it an
+        observation token) and the updated state. Deterministic. Equals ``__call__``'s logits
+        there (``tests/rate_jax/test_rate_model.py``).
+        """
+        x, state = self._decode_rows(segment, carry, state, start, num)
+        return self.head(x[:, -1]), state
+
+    def decode_finish(self, segment: Segment, carry: Carry, state: DecodeState) -> Carry:
+        """The carry for segment n+1 after incremental steps 0 .. K-1: runs the last action
+        token and the write suffix (m + 1 positions); equals ``__call__(...).carry``."""
+        c = self.config
+        q_len = c.tokens_per_segment
+        x, state = self._decode_rows(segment, carry, state, q_len - c.num_mem_tokens - 1, c.num_mem_tokens + 1)
+        return self._next_carry(carry, state.inputs, x[:, 1:], self._mask(carry)[1])[0]
+
     def __call__(self, segment: Segment, carry: Carry | None = None, deterministic: bool = True) -> SegmentOutput:
         """Process one segment; ``carry=None`` starts from :meth:`initial_carry` (M_0, empty cache)."""
         c = self.config
@@ -149,29 +252,16 @@ class RATE(nn.Module):
         chex.assert_shape(carry.memory, (b, m, c.d_model))
         chex.assert_shape(carry.cache, (c.n_layer, b, c.mem_len, c.d_model))
 
-        x = jnp.concatenate([carry.memory, self.embed(segment), carry.memory], axis=1)
-        x = self.drop(x, deterministic=deterministic)
+        x = self.drop(self._inputs(segment, carry), deterministic=deterministic)
         q_len = x.shape[1]
-        static = jnp.asarray(segment_mask(3 * k_steps, m, c.mem_len, c.read_mem_from_cache))
-        key_valid = jnp.concatenate([carry.cache_valid, jnp.ones((b, q_len), dtype=bool)], axis=1)
-        mask = static[None] & key_valid[:, None, :]
-
-        new_cache = []
+        mask, key_valid = self._mask(carry)
+        layer_inputs = []
         for layer, cache in zip(self.layers, carry.cache):
-            if c.mem_len:  # the cache of layer l keeps the last mem_len inputs of layer l
-                new_cache.append(jnp.concatenate([cache, jax.lax.stop_gradient(x)], axis=1)[:, -c.mem_len:])
-            else:
-                new_cache.append(cache)
+            layer_inputs.append(x)
             x = layer(x, cache, mask, self.r_w_bias, self.r_r_bias, deterministic)
-        cache_valid = key_valid[:, -c.mem_len:] if c.mem_len else carry.cache_valid
-
         logits = self.head(x[:, m + 1:m + 3 * k_steps:3])
         write = x[:, q_len - m:]
-        if c.n_head_ca > 0:
-            memory, attn = self.mrv(carry.memory, mrv_activation(c.mrv_act)(write))
-        else:
-            memory, attn = write, jnp.zeros((b, 0, m, m))
-        new_carry = Carry(memory=memory, cache=jnp.stack(new_cache), cache_valid=cache_valid)
+        new_carry, attn = self._next_carry(carry, layer_inputs, write, key_valid)
         return SegmentOutput(logits=logits, carry=new_carry, write=write, mrv_attention=attn)
 
 
@@ -209,5 +299,5 @@ def unroll(model: RATE, params, segments: Segment, carry: Carry, key=None, detac
             out = model.apply(params, seg, carry, False, rngs={"dropout": k})
         return out.carry, out
 
-    _, outs = jax.lax.scan(body, carry, (segments, keys))
+    _, outs = jax.lax.scan(body, carry, (segments, keys), unroll=True)
     return outs

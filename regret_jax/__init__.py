@@ -44,7 +44,7 @@ from regret_jax.learners import (
     uniform_learner,
 )
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
-from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regret_loss
+from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regret_loss, swap_regrets
 from regret_jax.stationarity import (
     RayEstimate,
     Root,
@@ -57,7 +57,18 @@ from regret_jax.stationarity import (
     ray_regret,
     swap_ray_regret,
 )
-from regret_jax.train import MODELS, TrainConfig, TrainOutput, build_model, make_loss, make_train
+from regret_jax.train import (
+    MODELS,
+    SCHEDULES,
+    TrainConfig,
+    TrainOutput,
+    build_model,
+    make_loss,
+    make_regrets,
+    make_schedule,
+    make_train,
+    regret_offset,
+)
 from regret_jax.transformer import CausalTransformer
 
 __all__ = [
@@ -69,6 +80,7 @@ __all__ = [
     "JointPolicy",
     "Learner",
     "MODELS",
+    "SCHEDULES",
     "MultiHeadSimplexAttention",
     "RayEstimate",
     "Rollout",
@@ -98,12 +110,15 @@ __all__ = [
     "head_matrix",
     "head_regrets",
     "make_loss",
+    "make_regrets",
+    "make_schedule",
     "make_train",
     "mu_d",
     "policy_mse",
     "power_iteration",
     "ray_estimate",
     "ray_regret",
+    "regret_offset",
     "reset",
     "run_online",
     "sample_losses",
@@ -116,6 +131,7 @@ __all__ = [
     "swap_ray_regret",
     "swap_regret",
     "swap_regret_loss",
+    "swap_regrets",
     "token_contributions",
     "uniform_learner",
     "zero_sum_game",

@@ -34,6 +34,13 @@ def squared_regret_loss(policies: jax.Array, losses: jax.Array) -> jax.Array:
     return jnp.mean(jax.vmap(external_regret)(policies, losses) ** 2)
 
 
+def swap_regrets(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
+    """sum_j R_j per sequence [B], R_j the Eq. (4) regret of head j on block j (shapes as in :func:`swap_regret_loss`)."""
+    chex.assert_equal_shape([head_policies, blocks])
+    chex.assert_rank(blocks, 4)
+    return jnp.sum(jax.vmap(jax.vmap(external_regret, in_axes=(1, 1)))(head_policies, blocks), axis=-1)
+
+
 def swap_regret_loss(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
     """Monte-Carlo Eq. (10): mean of (sum_j R_j)^2 with R_j the Eq. (4) regret of head j on block j.
 
@@ -42,7 +49,4 @@ def swap_regret_loss(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
     Reading (spec 10.3): training uses independent full-scale blocks; the fixed point
     does not enter the objective.
     """
-    chex.assert_equal_shape([head_policies, blocks])
-    chex.assert_rank(blocks, 4)
-    per_head = jax.vmap(jax.vmap(external_regret, in_axes=(1, 1)))(head_policies, blocks)  # [B, d]
-    return jnp.mean(jnp.sum(per_head, axis=-1) ** 2)
+    return jnp.mean(swap_regrets(head_policies, blocks) ** 2)

@@ -6,6 +6,12 @@ engineer's choice (spec 8.2): GPT-style pre-LayerNorm blocks, a linear embedding
 l_t plus a learned start token and learned positional embeddings, a linear read-out to
 d logits and a softmax.  Input to position t (0-based) is the start token for t = 0 and
 l_t otherwise, so with the causal mask output t is pi_{t+1} and sees only l_1..l_t.
+
+``zero_readout = True`` (engineer's choice, spec 8.2) initialises the read-out kernel
+(and, as always, its bias) at zero: every policy of the untrained model is exactly
+uniform, including pi_1 = 1/d, the first play that the permutation symmetry of N(0, I_d)
+singles out for a learner that has seen nothing (R^2 is convex in pi_1), and training
+starts from "play uniformly" instead of from random logits.  The default keeps flax's random read-out.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ class CausalTransformer(nn.Module):
     num_heads: int = 4
     d_model: int = 32
     max_len: int = 256
+    zero_readout: bool = False  # zero-initialised read-out: uniform policies at init
 
     @nn.compact
     def __call__(self, losses: jax.Array) -> jax.Array:
@@ -52,5 +59,6 @@ class CausalTransformer(nn.Module):
         mask = nn.make_causal_mask(jnp.ones(T))  # [1, T, T]
         for _ in range(self.num_layers):
             h = _Block(self.num_heads, self.d_model)(h, mask)
-        logits = nn.Dense(self.d, name="readout")(nn.LayerNorm()(h))
+        init = nn.initializers.zeros if self.zero_readout else nn.linear.default_kernel_init
+        logits = nn.Dense(self.d, kernel_init=init, name="readout")(nn.LayerNorm()(h))
         return jax.nn.softmax(logits, axis=-1)

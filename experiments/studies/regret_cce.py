@@ -74,9 +74,15 @@ class CCEConfig:
         return {"1layer": self.attention, **deep}
 
 
+# Quick Transformers (engineer's choices, spec 8.2; regret_jax.train and .transformer):
+# the centred estimate of the Eq. (6) gradient (same expected gradient, lower variance),
+# warmup + cosine decay from a peak rate 1e-2, and a zero read-out (uniform policies at
+# init).  With these, 600 steps reach a held-out Eq. (6) loss of about 36.7-36.9 (FTRL at
+# eta* 36.5, uniform 47.1) where 1200 plain constant-rate steps stopped near 39.7.
 QUICK = CCEConfig(
     attention=rj.TrainConfig(model="attention", d=3, T=50, batch_size=128, num_steps=600, learning_rate=2e-2),
-    transformer=rj.TrainConfig(model="transformer", d=3, T=50, batch_size=32, num_steps=1200, learning_rate=3e-3, d_model=16),
+    transformer=rj.TrainConfig(model="transformer", d=3, T=50, batch_size=32, num_steps=600, learning_rate=1e-2, d_model=16,
+                               schedule="warmup_cosine", warmup_steps=60, zero_readout=True, centered=True),
     num_seeds=2,
 )
 # Paper size (section 3.4 / Figure 4 left; the paper's T and model sizes are lost, these are ours):
@@ -165,7 +171,7 @@ def cce_study(config: CCEConfig, ctx: RunContext) -> StudyOutput:
         config={"T": T, "eta": eta, "game": rj.WEIGHTED_RPS.tolist(), "equilibrium": x_star.tolist(), "num_seeds": config.num_seeds,
                 "feedback": "expected full information", "one_layer_model": "reduced Eq. (2) attention (section 3.2)",
                 "models": {k: dataclasses.asdict(v) for k, v in config.models().items()}, "scan_sequences": config.scan_sequences,
-                "train_law": "N(0, I_3)", "optimiser": "adam + global-norm clip"},
+                "train_law": "N(0, I_3)", "optimiser": "adam + global-norm clip (schedule per model)"},
         metrics=metrics, checks=checks, paper={}, compile_s=compile_s,
     )
 

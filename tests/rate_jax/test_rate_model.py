@@ -81,6 +81,39 @@ def test_logits_do_not_see_future_but_memory_reads_and_writes():
     assert np.abs(np.asarray(apply(params, seg, other).logits[:, 0] - base.logits[:, 0])).max() > 1e-3
 
 
+@pytest.mark.parametrize("name", ["RATE", "TrXL", "DT"])
+def test_incremental_decode_equals_the_full_segment(name):
+    """Buffers filled step by step give every observation's logits and the next carry (memory,
+    cache) of the parallel forward pass, in a second segment whose cache is partly valid
+    (TrXL, RATE) and read by the tokens."""
+    cfg, _ = variant(name, TINY, 2)
+    model = RATE(cfg)
+    params = shared_params()
+    segs = random_segments(jax.random.key(12), cfg, 2, 3)
+    start_carry = model.apply(params, 3, method=RATE.initial_carry)
+    carry = jax.jit(model.apply)(params, first(segs), start_carry).carry
+    seg = jax.tree.map(lambda x: x[1], segs)
+    want = jax.jit(model.apply)(params, seg, carry)
+    m = cfg.num_mem_tokens
+
+    @jax.jit
+    def decode_all(seg, carry):
+        state = model.apply(params, carry, method=RATE.decode_start)
+        logits, state = model.apply(params, seg, carry, state, 0, m + 2, method=RATE.decode)
+        out = [logits]
+        for t in range(1, cfg.segment_len):  # a_{t-1}, R_t, o_t
+            logits, state = model.apply(params, seg, carry, state, m + 3 * t - 1, 3, method=RATE.decode)
+            out.append(logits)
+        return jnp.stack(out, axis=1), model.apply(params, seg, carry, state, method=RATE.decode_finish)
+
+    logits, next_carry = decode_all(seg, carry)
+    np.testing.assert_allclose(np.asarray(logits), want.logits, atol=2e-5, rtol=1e-4)
+    for got, full in zip(jax.tree.leaves(next_carry), jax.tree.leaves(want.carry)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(full), atol=2e-5, rtol=1e-4)
+    if cfg.mem_len:
+        assert 0 < int(carry.cache_valid.sum(-1)[0]) < cfg.mem_len  # partly valid cache
+
+
 def _numpy_unroll(params, cfg, segs, mask=None):
     """Reference recurrence: memory and cache passed by hand, one example at a time."""
     p = jax.tree.map(lambda x: np.asarray(x, np.float64), params["params"])

@@ -1,4 +1,4 @@
-"""Config validation, FTRL fitting, the deep Transformer's causality, and small seeded learning checks."""
+"""Config validation, FTRL fitting, the deep Transformer's causality, the centred estimator and schedule, and small seeded learning checks."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +10,8 @@ import regret_jax as rj
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"model": "mlp"}, "model"), ({"d": 1}, "d"), ({"T": 0}, "T"), ({"learning_rate": 0.0}, "learning_rate"),
-     ({"d_model": 30, "num_heads": 4}, "d_model")],
+     ({"d_model": 30, "num_heads": 4}, "d_model"), ({"schedule": "linear"}, "schedule"),
+     ({"num_steps": 10, "warmup_steps": 10}, "warmup_steps")],
 )
 def test_config_validation(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -76,3 +77,52 @@ def test_swap_learner_with_learned_heads_stays_on_simplex():
         pols = run(c)
         np.testing.assert_allclose(np.asarray(pols.sum(-1)), 1.0, rtol=1e-5)
         assert np.all(np.asarray(pols) > 0)
+
+
+def test_zero_readout_plays_uniform_at_init():
+    d, T = 3, 8
+    model = rj.CausalTransformer(d, num_layers=1, num_heads=2, d_model=8, max_len=T, zero_readout=True)
+    losses = jax.random.normal(jax.random.key(0), (T, d))
+    variables = jax.jit(model.init)(jax.random.key(1), losses)
+    np.testing.assert_array_equal(np.asarray(model.apply(variables, losses)), np.full((T, d), 1 / d, np.float32))
+    assert not np.any(np.asarray(rj.CausalTransformer(d, 1, 2, 8, max_len=T).init(jax.random.key(1), losses)["params"]["readout"]["kernel"]) == 0)
+
+
+def test_regret_offset_is_the_parameter_free_mean_regret():
+    """E[R] = sqrt(T) mu_d (d sqrt(T) mu_d for the summed heads) for any predictable model, here random ones."""
+    for model_name, extra in (("transformer", {"num_layers": 1, "num_heads": 2, "d_model": 8}), ("multihead", {"init_scale": 0.5})):
+        config = rj.TrainConfig(model=model_name, d=3, T=10, batch_size=8000, **extra)
+        model = rj.build_model(config)
+        in_dim = 9 if model_name == "multihead" else 3
+        variables = model.init(jax.random.key(0), jnp.zeros((config.T, in_dim)))
+        r = np.asarray(jax.jit(rj.make_regrets(config, model))(variables, jax.random.key(1)), np.float64)
+        se = r.std() / np.sqrt(r.size)
+        assert abs(r.mean() - rj.regret_offset(config)) < 4 * se, (model_name, r.mean(), rj.regret_offset(config), se)
+    assert rj.regret_offset(rj.TrainConfig(d=3, T=50)) == pytest.approx(np.sqrt(50) * rj.mu_d(3))
+
+
+def test_centered_gradient_is_unbiased_for_eq6():
+    """grad mean((R - c)^2) - grad mean(R^2) = -2 c grad mean(R), and E[grad R] = 0: per-coordinate mean within 5 SE."""
+    config = rj.TrainConfig(model="transformer", d=3, T=6, batch_size=1, num_layers=1, num_heads=2, d_model=8)
+    model = rj.build_model(config)
+    variables = model.init(jax.random.key(0), jnp.zeros((config.T, config.d)))
+    regret = rj.make_regrets(config, model)
+    keys = jax.random.split(jax.random.key(1), 4000)
+    grads = jax.jit(jax.vmap(jax.grad(lambda v, k: regret(v, k)[0]), in_axes=(None, 0)))(variables, keys)
+    flat = np.concatenate([np.asarray(g, np.float64).reshape(len(keys), -1) for g in jax.tree.leaves(grads)], axis=1)
+    mean, se = flat.mean(0), flat.std(0) / np.sqrt(len(keys))
+    live = se > 1e-8
+    assert live.sum() > 100
+    assert np.all(np.abs(mean[live]) < 5 * se[live]), np.max(np.abs(mean[live]) / se[live])
+
+
+def test_centered_training_reports_eq6_and_schedule_shape():
+    sched = rj.make_schedule(rj.TrainConfig(num_steps=100, learning_rate=0.1, schedule="warmup_cosine", warmup_steps=10))
+    assert float(sched(0)) == 0.0 and float(sched(10)) == pytest.approx(0.1) and float(sched(100)) == pytest.approx(0.0, abs=1e-9)
+    assert float(sched(55)) == pytest.approx(0.05, rel=1e-4)
+    assert float(rj.make_schedule(rj.TrainConfig(learning_rate=0.1))(77)) == pytest.approx(0.1)
+    base = dict(model="transformer", d=3, T=8, batch_size=2000, num_steps=1, num_layers=1, num_heads=2, d_model=8, zero_readout=True)
+    plain, centered = (jax.jit(rj.make_train(rj.TrainConfig(**base, centered=c)))(jax.random.key(3)) for c in (False, True))
+    # step 0 plays uniformly (zero read-out): the curve is the Eq. (6) value, equal for both estimators and near exact_F0
+    np.testing.assert_allclose(np.asarray(centered.loss_curve), np.asarray(plain.loss_curve), rtol=1e-6)
+    assert float(centered.loss_curve[0]) == pytest.approx(rj.exact_F0(3, 8), rel=0.1)
