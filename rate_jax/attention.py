@@ -104,8 +104,8 @@ class RelativeMultiHeadAttention(nn.Module):
 
         x [B, n, d] new inputs; keys [B, H, d_head, K] and values [B, H, K, d_head], buffers
         over all K key positions (cache first), laid out so that both products are plain
-        batched matrix products (on a CPU several times faster than the einsum of
-        ``__call__``, measured); mask [B or 1, n, K]. The new keys and values are written
+        batched matrix products (on a CPU several times faster than the same products
+        written as einsums over [B, K, H, d_head] buffers, measured); mask [B or 1, n, K]. The new keys and values are written
         into the buffers at their positions before attending, so a new query sees the new
         keys its mask allows. Deterministic (inference). Returns (output [B, n, d], keys,
         values). Equals the rows start .. start + n - 1 of ``__call__`` when the buffers

@@ -244,8 +244,9 @@ def run_bench(ctx: RunContext) -> dict:
     """Forward(+backward) per batch, peak memory, parameters, evaluation step time, seeds vmapped vs looped.
 
     One timed call each after compilation and a warm-up (the programs take seconds on a CPU).
-    Evaluation runs one segment (50 steps) of 100 episodes; every step runs the full segment,
-    so later segments cost the same per step.
+    Evaluation runs one segment (50 steps) of 100 episodes with incremental decoding
+    (``RATE.decode``: fixed-size key/value buffers, so later segments cost the same per step),
+    including the per-segment memory write.
     """
     seeds = ctx.seeds or 2
     tcfg = rate_jax.TrainConfig(model=BENCH_MODEL, num_segments=3, corridor_lengths=(148,), num_train=64,

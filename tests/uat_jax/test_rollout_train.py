@@ -124,3 +124,17 @@ def test_tiny_training_run_is_seed_independent_under_vmap():
         np.testing.assert_array_equal(x[0], y[0])
     assert not np.array_equal(a.loss[1], b.loss[1])
     assert 0.0 <= float(a.eval.accuracy[0]) <= 1.0 and 0.0 <= float(a.eval.efficiency[0]) <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["dt", "gtrxl"])
+def test_tiny_training_run_of_the_full_size_only_baselines(kind):
+    """DT-style and GTrXL train only in the full uat.darkroom run: one tiny run each, end to end
+    (rollout, parallel pass, update, causal evaluation), the loss falling on a fixed goal."""
+    cfg = TrainConfig(model=tiny(kind, horizon=6), epochs=30, batch_size=8, eval_episodes=4, grid_size=4, lr=3e-3)
+    train = jax.jit(make_train(cfg)).lower(jax.random.key(0), Task.make("gradual")).compile(
+        compiler_options={"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True})
+    out = train(jax.random.key(0), Task.make("gradual"))
+    loss = np.asarray(out.loss)
+    assert loss.shape == (30,) and np.isfinite(loss).all()
+    assert loss[-5:].mean() < loss[:5].mean()
+    assert 0.0 <= float(out.eval.accuracy) <= 1.0 and 0.0 <= float(out.eval.efficiency) <= 1.0
