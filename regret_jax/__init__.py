@@ -44,7 +44,7 @@ from regret_jax.learners import (
     uniform_learner,
 )
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
-from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regret_loss, swap_regrets
+from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regrets
 from regret_jax.stationarity import (
     RayEstimate,
     Root,
@@ -63,7 +63,6 @@ from regret_jax.train import (
     TrainConfig,
     TrainOutput,
     build_model,
-    make_loss,
     make_regrets,
     make_schedule,
     make_train,
@@ -109,7 +108,6 @@ __all__ = [
     "full_to_reduced",
     "head_matrix",
     "head_regrets",
-    "make_loss",
     "make_regrets",
     "make_schedule",
     "make_train",
@@ -130,7 +128,6 @@ __all__ = [
     "swap_learner",
     "swap_ray_regret",
     "swap_regret",
-    "swap_regret_loss",
     "swap_regrets",
     "token_contributions",
     "uniform_learner",

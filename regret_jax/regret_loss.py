@@ -35,18 +35,14 @@ def squared_regret_loss(policies: jax.Array, losses: jax.Array) -> jax.Array:
 
 
 def swap_regrets(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
-    """sum_j R_j per sequence [B], R_j the Eq. (4) regret of head j on block j (shapes as in :func:`swap_regret_loss`)."""
-    chex.assert_equal_shape([head_policies, blocks])
-    chex.assert_rank(blocks, 4)
-    return jnp.sum(jax.vmap(jax.vmap(external_regret, in_axes=(1, 1)))(head_policies, blocks), axis=-1)
-
-
-def swap_regret_loss(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
-    """Monte-Carlo Eq. (10): mean of (sum_j R_j)^2 with R_j the Eq. (4) regret of head j on block j.
+    """sum_j R_j per sequence [B], R_j the Eq. (4) regret of head j on block j; Eq. (10) is the
+    batch mean of its square (``regret_jax.train``).
 
     ``head_policies`` [B, T, d, d] with ``[..., t, j, :]`` = q_{j,t}; ``blocks`` [B, T, d, d]
     with ``[..., t, j, :]`` = l_t^{(j)}, the j-th Gaussian block of z_t = (l^{(1)},...,l^{(d)}).
     Reading (spec 10.3): training uses independent full-scale blocks; the fixed point
     does not enter the objective.
     """
-    return jnp.mean(swap_regrets(head_policies, blocks) ** 2)
+    chex.assert_equal_shape([head_policies, blocks])
+    chex.assert_rank(blocks, 4)
+    return jnp.sum(jax.vmap(jax.vmap(external_regret, in_axes=(1, 1)))(head_policies, blocks), axis=-1)

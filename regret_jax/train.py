@@ -118,12 +118,6 @@ def make_regrets(config: TrainConfig, model: nn.Module) -> Callable[[Any, jax.Ar
     return regrets
 
 
-def make_loss(config: TrainConfig, model: nn.Module) -> Callable[[Any, jax.Array], jax.Array]:
-    """``loss(variables, key)``: the Monte-Carlo objective on one fresh batch (Eq. (6) or Eq. (10))."""
-    regrets = make_regrets(config, model)
-    return lambda variables, key: jnp.mean(regrets(variables, key) ** 2)
-
-
 @struct.dataclass
 class TrainOutput:
     variables: Any  # trained flax variables

@@ -95,9 +95,9 @@ def run_bench(ctx: RunContext) -> dict:
     for model in ("uat", "vt"):
         cfg = size.train_config(model)
         one_epoch = dataclasses.replace(cfg, epochs=1)
-        ten_epochs = dataclasses.replace(cfg, epochs=11)
+        eleven_epochs = dataclasses.replace(cfg, epochs=11)
         t1 = benchmark.time_call(uat.make_train(one_epoch), jax.random.key(0), task, repeats=2)
-        t11 = benchmark.time_call(uat.make_train(ten_epochs), jax.random.key(0), task, repeats=2)
+        t11 = benchmark.time_call(uat.make_train(eleven_epochs), jax.random.key(0), task, repeats=2)
         result[f"train_ms_per_epoch_{model}"] = 1000 * (t11["min_s"] - t1["min_s"]) / 10
         model_ = uat.DecisionTransformer(cfg.model)
         params = uat.init_params(model_, jax.random.key(0))
