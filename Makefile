@@ -19,7 +19,9 @@ run: $(STAMP)
 	$(PY) -m experiments run all --quick --out $(OUT); status=$$?; \
 	$(PY) -m experiments report --out $(OUT) && exit $$status
 
+# Lint first (rules in pyproject.toml), then every test on 2 workers.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 tests
 
 clean:

@@ -10,7 +10,11 @@ The rules, so that finished or foreign work is never lost silently:
 
 (a) ``resume=True`` and no checkpoint in the folder: start fresh, with a note on stderr.
 (b) ``resume=True`` and the saved fingerprint differs: :class:`CheckpointMismatch`
-    naming the folder and the differing keys; nothing is overwritten.
+    naming the folder and the differing keys; nothing is overwritten. The run
+    fingerprint holds a hash of every source file the study depends on under
+    ``code`` (``experiments.codehash``), so resuming after a code change names the
+    changed files; ``allow_code_change=True`` (``--allow-code-change``) resumes anyway
+    when only ``code.*`` keys differ, with a warning.
 (c) the folder is not a readable checkpoint of ours (foreign files, garbage,
     truncated arrays): :class:`CheckpointCorrupt` with the path and the cause.
 (d) ``resume=False`` and the folder already holds files: :class:`CheckpointExists`,
@@ -23,6 +27,7 @@ save) do not count as a checkpoint; Orbax deletes them when the manager opens.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -32,10 +37,12 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from experiments.distributed import barrier, is_writer
 from experiments.io import jsonable
 
 __all__ = [
     "FORMAT_VERSION",
+    "CheckpointSpec",
     "CheckpointCorrupt",
     "CheckpointExists",
     "CheckpointMismatch",
@@ -44,6 +51,23 @@ __all__ = [
 
 FORMAT_VERSION = 1
 _ORBAX_TMP = ".orbax-checkpoint-tmp"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+    """Where one sweep checkpoints and what identifies its run (see ``RunContext.checkpoint``)."""
+
+    directory: pathlib.Path
+    fingerprint: dict[str, Any]
+    resume: bool = False
+    allow_code_change: bool = False
+
+    def open(self, harness: dict[str, Any]) -> ChunkCheckpointer:
+        """A checkpointer for this spec, with the sweep engine's own keys under ``harness``."""
+        return ChunkCheckpointer(
+            self.directory, {**self.fingerprint, "harness": harness},
+            resume=self.resume, allow_code_change=self.allow_code_change,
+        )
 
 
 class CheckpointMismatch(RuntimeError):
@@ -80,8 +104,11 @@ class ChunkCheckpointer:
     call :meth:`finish` instead once the sweep has completed.
     """
 
-    def __init__(self, directory: str | pathlib.Path, fingerprint: dict[str, Any], *, resume: bool):
+    def __init__(
+        self, directory: str | pathlib.Path, fingerprint: dict[str, Any], *, resume: bool, allow_code_change: bool = False
+    ):
         self.directory = pathlib.Path(directory).absolute()
+        self._allow_code_change = allow_code_change
         self._meta = {
             "format_version": FORMAT_VERSION,
             "fingerprint": json.loads(json.dumps(jsonable(fingerprint))),
@@ -103,6 +130,7 @@ class ChunkCheckpointer:
                 f"{self.directory} is not a checkpoint of ours: it holds {', '.join(foreign)}"
             )
         self._has_saved = bool(saved)
+        barrier(f"checkpoint-open:{self.directory}")  # every process has looked before any writes
         try:
             self._mngr = ocp.CheckpointManager(
                 self.directory,
@@ -132,7 +160,16 @@ class ChunkCheckpointer:
         if not isinstance(meta, dict) or set(meta) != {"format_version", "fingerprint"}:
             raise CheckpointCorrupt(f"{where} was not written by experiments.checkpoint (meta {meta!r})")
         differing = _diff_keys(meta, self._meta)
-        if differing:
+        code = [k.removeprefix("fingerprint.code.") for k in differing if k.startswith("fingerprint.code.")]
+        if code and len(code) == len(differing):
+            if not self._allow_code_change:
+                raise CheckpointMismatch(
+                    f"checkpoint in {self.directory} was written by other code; changed since: "
+                    f"{', '.join(code)}. Pass --allow-code-change to resume anyway (old and new chunks "
+                    "would be mixed), or remove the folder to start over"
+                )
+            print(f"warning: resuming {self.directory} across a code change in {', '.join(code)}", file=sys.stderr)
+        elif differing:
             raise CheckpointMismatch(
                 f"checkpoint in {self.directory} was written by a different run; differing keys: "
                 f"{', '.join(differing)}. Rerun with the original settings, or remove the folder "
@@ -164,11 +201,17 @@ class ChunkCheckpointer:
             self._mngr.close()
 
     def finish(self) -> None:
-        """The sweep completed: close, then remove the checkpoint folder (rule e)."""
-        self.close()
-        shutil.rmtree(self.directory)
+        """The sweep completed: close, then remove the checkpoint folder (rule e).
 
-    def __enter__(self) -> "ChunkCheckpointer":
+        With several processes, process 0 removes it once every process has closed.
+        """
+        self.close()
+        barrier(f"checkpoint-finish:{self.directory}")
+        if is_writer():
+            shutil.rmtree(self.directory)
+        barrier(f"checkpoint-removed:{self.directory}")
+
+    def __enter__(self) -> ChunkCheckpointer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

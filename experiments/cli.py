@@ -1,41 +1,30 @@
-"""Command line of the suite (DESIGN.md section 4): ``list``, ``run``, ``report``, ``bench``.
+"""Command line of the suite: parse the verb and dispatch (``list, show, run, report, bench``).
 
-``python -m experiments run STUDY`` writes ``DIR/STUDY/result.json`` with the keys
-``study, quick, config, metrics, checks, paper, provenance``. JSON has no NaN or
-infinity, so a non-finite metric, paper number or check value is written as
-``null`` and shown as ``non-finite`` in REPORT.md. Exit codes: 0 when every check
-passed, 1 when a check failed or a study raised (the result, or ``error.txt`` with
-the traceback, is still written), 2 for usage errors.
+``python -m experiments run STUDY`` writes ``DIR/STUDY/result.json`` (schema in
+``experiments.results``). Exit codes: 0 when every check passed, 1 when a check failed
+or a study raised (the result, or ``error.txt`` with the traceback, is still written),
+2 for usage errors: an unknown study, a bad ``--set``/``--config``/``--sweep``/``--seeds``
+(caught before any computation), or bad multi-process flags.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
-import math
 import pathlib
 import sys
 import time
 import traceback
-import urllib.parse
 from typing import Any
 
 import numpy as np
 
-from experiments import io, registry
+from experiments import configs, distributed, io, registry, report, runner
 from experiments.provenance import provenance
 
-__all__ = ["InvalidStudyOutput", "build_result", "main"]
+__all__ = ["main"]
 
-_RESULT = "result.json"
-_ERROR = "error.txt"
-_TABLE = "table.csv"
-_BENCH = "bench.json"
-
-
-class InvalidStudyOutput(ValueError):
-    """A study returned something that does not fit the result.json contract."""
+_INIT_TIMEOUT_S = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,141 +38,118 @@ class _Row:
     wall_s: float
 
 
-# ---------------------------------------------------------------- validation
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
-def _number(value: Any, study: str, where: str) -> float:
-    """``value`` as a float; it must be a real (int or float) scalar, NaN and inf allowed."""
-    try:
-        arr = np.asarray(value)
-    except Exception:  # noqa: BLE001 - any failure means "not a number"
-        arr = None
-    if arr is None or arr.shape != () or arr.dtype.kind not in "iuf":
-        raise InvalidStudyOutput(
-            f"study {study!r}: {where} must be a real number, got {type(value).__name__} {value!r}"
-        )
-    return float(arr)
-
-
-def _numbers(values: Any, study: str, field: str) -> dict[str, float]:
-    if not isinstance(values, dict):
-        raise InvalidStudyOutput(f"study {study!r}: {field} must be a dict, got {type(values).__name__}")
-    out = {}
-    for key, value in values.items():
-        if not isinstance(key, str):
-            raise InvalidStudyOutput(f"study {study!r}: {field} keys must be str, got {key!r}")
-        out[key] = _number(value, study, f"{field}[{key!r}]")
-    return out
-
-
-def build_result(study: str, quick: bool, output: Any, wall_s: float) -> dict[str, Any]:
-    """Validate a study's :class:`~experiments.registry.StudyOutput` and build result.json.
-
-    Raises :class:`InvalidStudyOutput` naming the study and the offending field.
-    Non-finite numbers are kept as floats here and become ``null`` when written.
-    """
-    if not isinstance(output, registry.StudyOutput):
-        raise InvalidStudyOutput(f"study {study!r} must return a StudyOutput, got {type(output).__name__}")
-    if not isinstance(output.config, dict):
-        raise InvalidStudyOutput(f"study {study!r}: config must be a dict, got {type(output.config).__name__}")
-    try:
-        config = io.jsonable(output.config)
-    except TypeError as err:
-        raise InvalidStudyOutput(f"study {study!r}: config is not JSON-able: {err}") from err
-    if not isinstance(output.checks, (list, tuple)):
-        raise InvalidStudyOutput(f"study {study!r}: checks must be a list of Check")
-    checks, seen = [], set()
-    for i, check in enumerate(output.checks):
-        if not isinstance(check, registry.Check):
-            raise InvalidStudyOutput(f"study {study!r}: checks[{i}] must be a Check, got {type(check).__name__}")
-        if not isinstance(check.name, str) or not check.name or check.name in seen:
-            raise InvalidStudyOutput(f"study {study!r}: checks[{i}].name must be a new non-empty str, got {check.name!r}")
-        if not isinstance(check.target, str):
-            raise InvalidStudyOutput(f"study {study!r}: checks[{i}].target must be a str, got {check.target!r}")
-        if not isinstance(check.passed, (bool, np.bool_)):
-            raise InvalidStudyOutput(
-                f"study {study!r}: checks[{i}].passed must be a bool, got {type(check.passed).__name__}"
-            )
-        seen.add(check.name)
-        checks.append(
-            {
-                "name": check.name,
-                "value": _number(check.value, study, f"checks[{i}].value"),
-                "target": check.target,
-                "passed": bool(check.passed),
-            }
-        )
-    compile_s = _number(output.compile_s, study, "compile_s")
-    if not (math.isfinite(compile_s) and compile_s >= 0):
-        raise InvalidStudyOutput(f"study {study!r}: compile_s must be finite and >= 0, got {compile_s}")
-    return {
-        "study": study,
-        "quick": quick,
-        "config": config,
-        "metrics": _numbers(output.metrics, study, "metrics"),
-        "checks": checks,
-        "paper": _numbers(output.paper, study, "paper"),
-        "provenance": {**provenance(), "wall_s": wall_s, "compile_s": compile_s},
-    }
-
-
-# ---------------------------------------------------------------- list / run
+def _pick(name: str, studies: dict[str, registry.Study]) -> registry.Study:
+    if name not in studies:
+        raise configs.ConfigError(f"unknown study {name!r}; known studies: {', '.join(studies) or 'none'}")
+    return studies[name]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     studies = registry.load_all()
-    if not studies:
-        print("no studies registered")
     width = max((len(name) for name in studies), default=0)
     for name, study in studies.items():
-        print(f"{name:<{width}}  {'bench' if study.bench else '-    '}  {study.summary}")
+        seeds = "seeds" if study.seeds_field else "-    "
+        print(f"{name:<{width}}  {'bench' if study.bench else '-    '}  {seeds}  {study.summary}")
     return 0
 
 
-def _unknown(name: str, studies: dict[str, registry.Study]) -> int:
-    print(f"error: unknown study {name!r}; known studies: {', '.join(studies) or 'none'}", file=sys.stderr)
-    return 2
-
-
-def _run_one(study: registry.Study, out: pathlib.Path, args: argparse.Namespace) -> _Row:
-    study_dir = out / study.name
-    study_dir.mkdir(parents=True, exist_ok=True)
-    ctx = registry.RunContext(
-        study=study.name, quick=args.quick, seeds=args.seeds, out_dir=study_dir, resume=args.resume
+def _request(args: argparse.Namespace) -> runner.Request:
+    overrides: list[tuple[str, Any]] = []
+    if args.config:
+        overrides += configs.from_file(args.config)
+    overrides += [configs.parse_assignment(text) for text in args.set]
+    return runner.Request(
+        quick=args.quick, overrides=tuple(overrides), seeds=getattr(args, "seeds", None),
+        resume=getattr(args, "resume", False), allow_code_change=getattr(args, "allow_code_change", False),
+        tensorboard=getattr(args, "tensorboard", False),
     )
-    print(f"== running {study.name} ({'quick' if args.quick else 'full'}) -> {study_dir}", flush=True)
+
+
+def _resolve(study: registry.Study, request: runner.Request, config_file: str | None):
+    try:
+        return runner.resolve(study, request)
+    except configs.ConfigError as err:
+        raise configs.ConfigError(f"--config {config_file}: {err}" if config_file else str(err)) from None
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    try:
+        study = _pick(args.study, registry.load_all())
+        config, _ = _resolve(study, _request(args), args.config)
+    except configs.ConfigError as err:
+        return _usage_error(str(err))
+    print(json.dumps(configs.to_json(config), indent=2))
+    return 0
+
+
+def _print_checks(name: str, result: dict[str, Any]) -> tuple[int, int]:
+    passed = sum(c["passed"] for c in result["checks"])
+    for c in result["checks"]:
+        value = "non-finite" if c["value"] is None else f"{c['value']:.6g}"
+        print(f"  {'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {value} (target {c['target']})")
+    print(f"{name}: {passed}/{len(result['checks'])} checks passed in {result['provenance']['wall_s']:.1f} s", flush=True)
+    return passed, len(result["checks"])
+
+
+def _run_study(study: registry.Study, request: runner.Request, args: argparse.Namespace, out: pathlib.Path) -> _Row:
+    study_dir = out / study.name
+    print(f"== running {study.name} ({'quick' if request.quick else 'full'}) -> {study_dir}", flush=True)
     t0 = time.perf_counter()
     try:
-        output = study.run(ctx)
-        result = build_result(study.name, args.quick, output, time.perf_counter() - t0)
+        if args.sweep:
+            field, values = configs.parse_sweep(args.sweep)
+            found = runner.run_sweep(study, request, field, values, out)
+            label = lambda r: f"{study.name} {runner.sweep_folder(field, r['sweep']['value'])}"  # noqa: E731
+        else:
+            config, overrides = runner.resolve(study, request)
+            found = [runner.run_one(study, config, overrides, study_dir, request)]
+            label = lambda r: study.name  # noqa: E731
     except Exception:  # noqa: BLE001 - a failing study must not stop `run all`
         tb = traceback.format_exc()
         print(f"ERROR in study {study.name}:\n{tb}", file=sys.stderr, flush=True)
-        io.atomic_write_text(study_dir / _ERROR, tb)
+        if distributed.is_writer():
+            study_dir.mkdir(parents=True, exist_ok=True)
+            io.atomic_write_text(study_dir / "error.txt", tb)
         return _Row(study.name, "ERROR", 0, 0, time.perf_counter() - t0)
-    io.atomic_write_json(study_dir / _RESULT, result)
-    (study_dir / _ERROR).unlink(missing_ok=True)
-    passed = sum(c["passed"] for c in result["checks"])
-    for c in result["checks"]:
-        print(f"  {'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['value']:.6g} (target {c['target']})")
-    wall = result["provenance"]["wall_s"]
-    print(f"{study.name}: {passed}/{len(result['checks'])} checks passed in {wall:.1f} s", flush=True)
-    status = "PASS" if passed == len(result["checks"]) else "FAIL"
-    return _Row(study.name, status, passed, len(result["checks"]), wall)
+    counts = [_print_checks(label(r), r) for r in found]
+    passed, total = (sum(c[i] for c in counts) for i in (0, 1))
+    return _Row(study.name, "PASS" if passed == total else "FAIL", passed, total, time.perf_counter() - t0)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    studies = registry.load_all()
-    if args.study == "all":
-        names = list(studies)
-        if not names:
-            print("error: no studies registered", file=sys.stderr)
-            return 2
-    elif args.study in studies:
-        names = [args.study]
-    else:
-        return _unknown(args.study, studies)
-    rows = [_run_one(studies[name], pathlib.Path(args.out), args) for name in names]
+    try:
+        distributed.check_arguments(args.coordinator, args.num_processes, args.process_id)
+    except distributed.DistributedError as err:
+        return _usage_error(str(err))
+    if args.coordinator is not None:  # before anything touches a JAX backend
+        try:
+            distributed.initialize(args.coordinator, args.num_processes, args.process_id, args.init_timeout)
+        except distributed.DistributedError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+    try:
+        studies = registry.load_all()
+        if args.study == "all":
+            if args.set or args.config or args.sweep or args.seeds is not None:
+                raise configs.ConfigError("--set, --config, --sweep and --seeds apply to one study, not to 'all'")
+            chosen = list(studies.values())
+        else:
+            chosen = [_pick(args.study, studies)]
+        request = _request(args)
+        for study in chosen:  # every config is validated before any study runs
+            config, _ = _resolve(study, request, args.config)
+            if args.sweep:
+                field, values = configs.parse_sweep(args.sweep)
+                for value in values:
+                    configs.apply(config, [(field, value)])
+    except configs.ConfigError as err:
+        return _usage_error(str(err))
+    rows = [_run_study(study, request, args, pathlib.Path(args.out)) for study in chosen]
     if len(rows) > 1:
         width = max(len(r.study) for r in rows)
         print(f"\n{'study':<{width}}  status  checks  wall_s")
@@ -192,139 +158,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r.status == "PASS" for r in rows) else 1
 
 
-# ---------------------------------------------------------------- report
-
-
-def _load_result(path: pathlib.Path) -> dict[str, Any]:
-    """Read a result.json and check its shape; raises ValueError saying what is wrong."""
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {path}: {err}") from err
-    keys = {"study", "quick", "config", "metrics", "checks", "paper", "provenance"}
-    if not isinstance(result, dict) or not keys <= set(result):
-        have = sorted(result) if isinstance(result, dict) else type(result).__name__
-        raise ValueError(f"{path} lacks result.json keys: needs {sorted(keys)}, has {have}")
-    for field in ("config", "metrics", "paper", "provenance"):
-        if not isinstance(result[field], dict):
-            raise ValueError(f"{path}: {field} is not an object")
-    check_keys = {"name", "value", "target", "passed"}
-    if not isinstance(result["checks"], list) or not all(
-        isinstance(c, dict) and check_keys <= set(c) for c in result["checks"]
-    ):
-        raise ValueError(f"{path}: checks must be a list of {sorted(check_keys)} objects")
-    return result
-
-
-def _cell(value: Any) -> str:
-    """A Markdown table cell: numbers to 6 significant digits, null as non-finite."""
-    if value is None:
-        return "non-finite"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return f"{value:.6g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _seconds(value: Any) -> str:
-    return f"{value:.1f} s" if isinstance(value, (int, float)) else "?"
-
-
-def _table_section(path: pathlib.Path, max_rows: int = 60) -> list[str]:
-    """A study's headline table (``table.csv``, if it wrote one) as Markdown."""
-    if not path.exists():
-        return []
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        return [f"**{path.name} is unreadable:** {_cell(repr(err))}", ""]
-    if not rows:
-        return []
-
-    def cell(text: str) -> str:
-        try:
-            return _cell(float(text)) if text.strip() else ""
-        except ValueError:
-            return _cell(text)
-
-    header, body = rows[0], rows[1 : max_rows + 1]
-    lines = [f"Table (`{path.name}`):", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
-    if len(rows) - 1 > max_rows:
-        lines.append(f"({len(rows) - 1 - max_rows} more rows in `{path.name}`)")
-    return lines + [""]
-
-
-def _study_section(name: str, folder: pathlib.Path, result: dict[str, Any]) -> list[str]:
-    lines = [f"## {name}", ""]
-    mode = "quick" if result["quick"] else "full"
-    lines += [f"Mode: {mode}. Config: `{json.dumps(result['config'], separators=(',', ':'))}`", ""]
-    metrics, paper = result["metrics"], result["paper"]
-    if metrics or paper:
-        lines += ["| metric | ours | paper |", "| --- | --- | --- |"]
-        for key in list(metrics) + [k for k in paper if k not in metrics]:
-            ours = _cell(metrics[key]) if key in metrics else ""
-            ref = _cell(paper[key]) if key in paper else ""
-            lines.append(f"| {_cell(key)} | {ours} | {ref} |")
-        lines.append("")
-    if result["checks"]:
-        lines += ["| check | value | target | result |", "| --- | --- | --- | --- |"]
-        for c in result["checks"]:
-            verdict = "PASS" if c["passed"] is True else "FAIL"
-            lines.append(f"| {_cell(c['name'])} | {_cell(c['value'])} | {_cell(c['target'])} | {verdict} |")
-        lines.append("")
-    lines += _table_section(folder / _TABLE)
-    for png in sorted(folder.glob("*.png")):
-        link = urllib.parse.quote(f"{folder.name}/{png.name}")
-        lines += [f"![{png.stem}]({link})", ""]
-    if (folder / _BENCH).exists():
-        lines += [f"Benchmark: [{_BENCH}]({urllib.parse.quote(f'{folder.name}/{_BENCH}')})", ""]
-    p = result["provenance"]
-    prov = " · ".join(
-        f"{key} {_cell(p.get(key)) if key in p else '?'}" for key in ("git", "jax", "backend", "devices")
-    )
-    lines += [f"Provenance: {prov} · wall {_seconds(p.get('wall_s'))} · compile {_seconds(p.get('compile_s'))}", ""]
-    return lines
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if not out.is_dir():
-        print(f"error: results folder {out} does not exist; run `python -m experiments run ...` first", file=sys.stderr)
-        return 2
-    folders = sorted(d for d in out.iterdir() if d.is_dir() and ((d / _RESULT).exists() or (d / _ERROR).exists()))
-    summary = ["| study | checks passed | wall time | mode |", "| --- | --- | --- | --- |"]
-    body: list[str] = []
-    for folder in folders:
-        name = folder.name
-        note = []
-        if (folder / _ERROR).exists():
-            note = [f"The last run of {name} raised; its traceback is in `{name}/{_ERROR}`.", ""]
-        if not (folder / _RESULT).exists():
-            summary.append(f"| {name} | raised, no result | | |")
-            body += [f"## {name}", ""] + note
-            continue
-        try:
-            result = _load_result(folder / _RESULT)
-        except ValueError as err:
-            print(f"warning: {err}", file=sys.stderr)
-            summary.append(f"| {name} | unreadable result.json | | |")
-            body += [f"## {name}", "", f"**result.json is unreadable:** {_cell(str(err))}", ""] + note
-            continue
-        checks = result["checks"]
-        passed = sum(c["passed"] is True for c in checks)
-        mode = "quick" if result["quick"] else "full"
-        summary.append(f"| {name} | {passed}/{len(checks)} | {_seconds(result['provenance'].get('wall_s'))} | {mode} |")
-        body += _study_section(name, folder, result) + note
-    text = "\n".join(["# Results", "", f"From `{out}/*/{_RESULT}`.", ""] + summary + [""] + body)
-    io.atomic_write_text(out / "REPORT.md", text.rstrip("\n") + "\n")
-    print(f"wrote {out / 'REPORT.md'} ({len(folders)} studies)")
+        return _usage_error(f"results folder {out} does not exist; run `python -m experiments run ...` first")
+    path, count = report.write(out)
+    print(f"wrote {path} ({count} studies)")
     return 0
-
-
-# ---------------------------------------------------------------- bench
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -339,20 +179,19 @@ def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     studies = registry.load_all()
-    if args.study not in studies:
-        return _unknown(args.study, studies)
-    study = studies[args.study]
+    try:
+        study = _pick(args.study, studies)
+    except configs.ConfigError as err:
+        return _usage_error(str(err))
     if study.bench is None:
         with_bench = ", ".join(n for n, s in studies.items() if s.bench) or "none"
-        print(f"error: study {study.name!r} has no bench; studies with one: {with_bench}", file=sys.stderr)
-        return 2
+        return _usage_error(f"study {study.name!r} has no bench; studies with one: {with_bench}")
     study_dir = pathlib.Path(args.out) / study.name
     study_dir.mkdir(parents=True, exist_ok=True)
-    ctx = registry.RunContext(study=study.name, quick=False, seeds=None, out_dir=study_dir, resume=False)
     print(f"== benchmarking {study.name} -> {study_dir}", flush=True)
     t0 = time.perf_counter()
     try:
-        timings = study.bench(ctx)
+        timings = study.bench(study_dir)
         if not isinstance(timings, dict):
             raise TypeError(f"bench of {study.name!r} must return a dict, got {type(timings).__name__}")
         payload = {
@@ -363,17 +202,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     except Exception:  # noqa: BLE001 - report, do not crash
         print(f"ERROR in bench of {study.name}:\n{traceback.format_exc()}", file=sys.stderr)
         return 1
-    io.atomic_write_json(study_dir / _BENCH, payload)
+    io.atomic_write_json(study_dir / "bench.json", payload)
     rows = _flat(timings)
     width = max((len(k) for k, _ in rows), default=0)
     for key, value in rows:
         shown = f"{value:.4g}" if isinstance(value, (float, np.floating)) else str(value)
         print(f"  {key:<{width}}  {shown}")
-    print(f"wrote {study_dir / _BENCH}")
+    print(f"wrote {study_dir / 'bench.json'}")
     return 0
-
-
-# ---------------------------------------------------------------- entry point
 
 
 def _positive_int(text: str) -> int:
@@ -386,20 +222,41 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="CPU size that finishes in minutes")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a config field (dotted path; VALUE read as JSON, a bare word as a string)")
+    parser.add_argument("--config", metavar="FILE.json", help="a partial config, applied before --set")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered study").set_defaults(handler=_cmd_list)
+    show = sub.add_parser("show", help="print a study's effective config as JSON")
+    show.add_argument("study")
+    _config_flags(show)
+    show.add_argument("--seeds", type=_positive_int, default=None, help="number of independent seeds")
+    show.set_defaults(handler=_cmd_show)
     run = sub.add_parser("run", help="run a study (or 'all') and write DIR/STUDY/result.json")
     run.add_argument("study", help="study name, or 'all' for every study")
-    run.add_argument("--quick", action="store_true", help="CPU size that finishes in minutes")
-    run.add_argument("--seeds", type=_positive_int, default=None, help="number of seeds (>= 1)")
+    _config_flags(run)
+    run.add_argument("--seeds", type=_positive_int, default=None, help="number of independent seeds (vmapped)")
+    run.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run once per value into DIR/STUDY/sweep/FIELD=V/")
     run.add_argument("--out", default="results", help="results folder (default: results)")
     run.add_argument("--resume", action="store_true", help="continue from the study's checkpoints")
+    run.add_argument("--allow-code-change", action="store_true",
+                     help="with --resume: continue a checkpoint although the code it depends on changed")
+    run.add_argument("--tensorboard", action="store_true", help="also write training curves as TensorBoard events")
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process: address of process 0")
+    run.add_argument("--num-processes", type=_positive_int, help="multi-process: number of processes")
+    run.add_argument("--process-id", type=int, help="multi-process: this process's index, 0..N-1")
+    run.add_argument("--init-timeout", type=_positive_int, default=_INIT_TIMEOUT_S,
+                     help=f"multi-process: seconds to wait for every process (default {_INIT_TIMEOUT_S})")
     run.set_defaults(handler=_cmd_run)
-    report = sub.add_parser("report", help="write DIR/REPORT.md from DIR/*/result.json")
-    report.add_argument("--out", default="results", help="results folder (default: results)")
-    report.set_defaults(handler=_cmd_report)
+    rep = sub.add_parser("report", help="write DIR/REPORT.md from DIR/*/result.json")
+    rep.add_argument("--out", default="results", help="results folder (default: results)")
+    rep.set_defaults(handler=_cmd_report)
     bench = sub.add_parser("bench", help="time a study's vectorised program against loops")
     bench.add_argument("study")
     bench.add_argument("--out", default="results", help="results folder (default: results)")

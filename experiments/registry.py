@@ -1,9 +1,22 @@
-"""Study registry: the contract between the CLI and each study module.
+"""Study registry: the one shape every study has, and the context it runs in.
 
-A study is a function ``run(ctx: RunContext) -> StudyOutput`` registered under a
-name ``<package>.<study>`` with the :func:`study` decorator; an optional benchmark is
-registered with :func:`bench`. Study modules live in ``experiments/studies/`` and are
-discovered by :func:`load_all`, so adding a study never edits a shared file.
+A study module (``experiments/studies/<paper>/<study>.py``) holds
+
+* its config dataclass (frozen; ``__post_init__`` validates) with ``QUICK`` and ``FULL``
+  presets;
+* ``compute(config, ctx) -> arrays``: the only part that trains or sweeps; it returns
+  a dict of numpy arrays (nested dicts allowed). Training studies put per-seed
+  training curves under ``arrays["curves"][model][metric]`` with shape
+  ``[seeds, steps]`` (``loss`` among them); the harness writes them to ``curves.csv``;
+* ``summarize(config, arrays) -> Summary`` in numpy only: metrics, checks, tables;
+  unit-testable without training;
+* ``write(config, arrays, summary, out_dir)``: its CSV/NPZ files and figures (only the
+  writing process calls it);
+* a registration of a few lines: ``register(Study(...))``.
+
+Studies never import each other; numeric helpers belong to the library, harness helpers
+to ``experiments``. Benchmarks live in ``experiments/benchmarks/`` and register with
+:func:`bench`. :func:`load_all` imports every module below both packages.
 """
 from __future__ import annotations
 
@@ -11,77 +24,116 @@ import dataclasses
 import importlib
 import pathlib
 import pkgutil
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+from experiments.checks import Check
+
+__all__ = ["Check", "RunContext", "Study", "Summary", "bench", "get", "load_all", "register"]
+
+Arrays = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
-class Check:
-    """One claim of a study: ``passed`` must be computable as False."""
+class Summary:
+    """What ``summarize`` returns: flat metrics, checks, and tables (name -> columns).
 
-    name: str
-    value: float
-    target: str
-    passed: bool
+    ``tables["table"]``, if present, is the study's headline table: the harness writes
+    every table as ``NAME.csv`` and the report shows ``table.csv``.
+    """
+
+    metrics: dict[str, float]
+    checks: list[Check]
+    tables: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
-class StudyOutput:
-    """What a study returns; the CLI adds ``study``, ``quick`` and ``provenance``."""
-
-    config: dict[str, Any]
-    metrics: dict[str, float]
-    checks: list[Check]
-    paper: dict[str, float]
-    compile_s: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
 class RunContext:
-    """Where and how a study runs.
+    """Where and how a study's ``compute`` runs.
 
-    ``out_dir`` is the study's own folder (``DIR/<study>``), created by the CLI.
-    ``seeds`` is ``None`` unless the user passed ``--seeds``.
+    ``out_dir``: the study's own result folder; ``resume``: continue from checkpoints;
+    ``fingerprint``: the config and code hashes, added to every checkpoint this run
+    writes (:meth:`checkpoint`); ``allow_code_change``: resume even if the code hash
+    differs. ``compile_s`` collects the compile seconds the sweep engine reports.
     """
 
     study: str
     quick: bool
-    seeds: int | None
     out_dir: pathlib.Path
-    resume: bool
+    resume: bool = False
+    fingerprint: dict[str, Any] = dataclasses.field(default_factory=dict)
+    allow_code_change: bool = False
+    compile_s: list[float] = dataclasses.field(default_factory=list)
 
-    def checkpoint_dir(self, name: str = "ckpt") -> pathlib.Path:
-        return self.out_dir / name
+    def checkpoint(self, name: str = "ckpt", **extra: Any):
+        """The checkpoint of one sweep of this run: folder ``out_dir/name``, run fingerprint + ``extra``."""
+        from experiments.checkpoint import CheckpointSpec
+
+        return CheckpointSpec(
+            directory=self.out_dir / name,
+            fingerprint={**self.fingerprint, "sweep": {"name": name, **extra}},
+            resume=self.resume,
+            allow_code_change=self.allow_code_change,
+        )
+
+    def record_compile(self, seconds: float) -> None:
+        self.compile_s.append(float(seconds))
 
 
 @dataclasses.dataclass(frozen=True)
 class Study:
+    """A registered study (see the module docstring for the shape).
+
+    ``seeds_field``: dotted config path that ``--seeds N`` sets (``None``: the study has
+    no seeds and rejects ``--seeds``). ``traced``: config fields that are array leaves of
+    the computation; ``compute_sweep(config, field, values, ctx) -> list[arrays]`` runs
+    a sweep over one of them as a single vmapped program (other fields are swept as one
+    program per value).
+    """
+
     name: str
     summary: str
-    run: Callable[[RunContext], StudyOutput]
-    bench: Callable[[RunContext], dict[str, Any]] | None = None
+    config_type: type
+    quick: Any
+    full: Any
+    compute: Callable[[Any, RunContext], Arrays]
+    summarize: Callable[[Any, Arrays], Summary]
+    write: Callable[[Any, Arrays, Summary, pathlib.Path], None] | None = None
+    paper: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    seeds_field: str | None = None
+    traced: tuple[str, ...] = ()
+    compute_sweep: Callable[[Any, str, list, RunContext], list[Arrays]] | None = None
+    module: str = ""
+    bench: Callable[[pathlib.Path], dict[str, Any]] | None = None
+
+    def __post_init__(self):
+        if self.name.count(".") != 1:
+            raise ValueError(f"study name must be '<package>.<study>', got {self.name!r}")
+        for preset in (self.quick, self.full):
+            if not isinstance(preset, self.config_type):
+                raise ValueError(f"study {self.name!r}: presets must be {self.config_type.__name__}, got {type(preset).__name__}")
+        if self.traced and self.compute_sweep is None:
+            raise ValueError(f"study {self.name!r}: traced fields need compute_sweep")
+
+    def preset(self, quick: bool) -> Any:
+        return self.quick if quick else self.full
 
 
 _STUDIES: dict[str, Study] = {}
 
 
-def study(name: str, summary: str) -> Callable:
-    """Register ``fn(ctx) -> StudyOutput`` as study ``name``."""
-    if name.count(".") != 1:
-        raise ValueError(f"study name must be '<package>.<study>', got {name!r}")
-
-    def deco(fn: Callable[[RunContext], StudyOutput]) -> Callable:
-        if name in _STUDIES:
-            raise ValueError(f"study {name!r} registered twice")
-        _STUDIES[name] = Study(name=name, summary=summary, run=fn)
-        return fn
-
-    return deco
+def register(study: Study) -> Study:
+    """Add ``study`` to the registry (its module is recorded for the code fingerprint)."""
+    if study.name in _STUDIES:
+        raise ValueError(f"study {study.name!r} registered twice")
+    module = study.module or getattr(study.compute, "__module__", "")
+    _STUDIES[study.name] = dataclasses.replace(study, module=module)
+    return _STUDIES[study.name]
 
 
 def bench(name: str) -> Callable:
-    """Register ``fn(ctx) -> dict`` as the benchmark of an already registered study."""
+    """Register ``fn(out_dir) -> dict`` as the benchmark of study ``name``."""
 
-    def deco(fn: Callable[[RunContext], dict[str, Any]]) -> Callable:
+    def deco(fn: Callable[[pathlib.Path], dict[str, Any]]) -> Callable:
         if name not in _STUDIES:
             raise ValueError(f"bench for unknown study {name!r}: register the study first")
         _STUDIES[name] = dataclasses.replace(_STUDIES[name], bench=fn)
@@ -90,12 +142,17 @@ def bench(name: str) -> Callable:
     return deco
 
 
-def load_all() -> dict[str, Study]:
-    """Import every module of ``experiments.studies`` and return the registry."""
-    from experiments import studies
+def _import_tree(package: Any) -> None:
+    for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}."):
+        importlib.import_module(info.name)
 
-    for info in pkgutil.iter_modules(studies.__path__):
-        importlib.import_module(f"experiments.studies.{info.name}")
+
+def load_all() -> dict[str, Study]:
+    """Import every study and benchmark module and return the registry, sorted by name."""
+    from experiments import benchmarks, studies
+
+    _import_tree(studies)
+    _import_tree(benchmarks)
     return dict(sorted(_STUDIES.items()))
 
 

@@ -11,7 +11,11 @@ after each step, resume, clean-up):
 
 Both compile their program once with ``.lower(...).compile()`` (``compile_s``) and
 report the time of the chunk loop, restore and checkpoint saves included, as
-``run_s``.
+``run_s``. A :class:`LossGuard` stops a sweep at the first non-finite training loss,
+after the checkpoint of the chunk that produced it is saved (finished work is kept).
+
+With several processes (``experiments.distributed``) the mesh spans every process's
+devices, inputs are placed shard by shard and outputs gathered to every process.
 """
 from __future__ import annotations
 
@@ -26,9 +30,19 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from experiments.checkpoint import ChunkCheckpointer
+from experiments.checkpoint import CheckpointSpec
+from experiments.distributed import global_array, to_host
 
-__all__ = ["ChunksResult", "SweepResult", "device_mesh", "run_chunks", "shard_leading", "sweep_map"]
+__all__ = [
+    "ChunksResult",
+    "LossGuard",
+    "NonFiniteLoss",
+    "SweepResult",
+    "device_mesh",
+    "run_chunks",
+    "shard_leading",
+    "sweep_map",
+]
 
 _AXIS = "sweep"
 
@@ -57,6 +71,36 @@ class ChunksResult:
     resumed_chunks: int = 0
 
 
+class NonFiniteLoss(FloatingPointError):
+    """A training loss turned NaN or infinite; the message names the run, seed and step."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LossGuard:
+    """Stops a sweep at the first non-finite loss.
+
+    ``loss_of(tree, items, done)`` returns the losses computed so far as a host array
+    ``[len(items), steps]``, where ``tree`` is the state (``run_chunks``, items are
+    the leading-axis indices) or the outputs of the chunk just computed (``sweep_map``,
+    items are their global item indices) and ``done`` the number of chunks finished.
+    ``describe(item)`` names an item ("seed 2", "task gradual, seed 0").
+    """
+
+    label: str
+    loss_of: Callable[[Any, np.ndarray, int], np.ndarray]
+    describe: Callable[[int], str] = lambda item: f"seed {item}"
+
+    def __call__(self, tree: Any, items: np.ndarray, done: int) -> None:
+        loss = np.asarray(self.loss_of(tree, items, done))
+        bad = ~np.isfinite(loss)
+        if bad.any():
+            row, step = (int(v[0]) for v in np.nonzero(bad))
+            raise NonFiniteLoss(
+                f"{self.label}: non-finite loss {loss[row, step]} at {self.describe(int(items[row]))}, "
+                f"step {step}; the checkpoint of the finished chunks is kept"
+            )
+
+
 def device_mesh() -> Mesh:
     """A 1-D mesh over all visible devices, axis name ``"sweep"``."""
     return Mesh(np.asarray(jax.devices()), (_AXIS,))
@@ -79,7 +123,10 @@ def shard_leading(tree: Any) -> Any:
                 f"shard_leading: leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; "
                 f"its leading axis must be a multiple of the device count {n_dev}"
             )
-    return jax.device_put(tree, _leading_sharding())
+    sharding = _leading_sharding()
+    return jax.tree.map(
+        lambda x: global_array(x, sharding) if isinstance(x, np.ndarray) else jax.device_put(x, sharding), tree
+    )
 
 
 def _signature(tree: Any) -> dict[str, Any]:
@@ -97,20 +144,21 @@ def _drive(
     num_chunks: int,
     *,
     stride: int,
-    ckpt_dir: Any,
-    fingerprint: dict[str, Any],
-    resume: bool,
+    checkpoint: CheckpointSpec | None,
+    harness: dict[str, Any],
     desc: str,
+    after: Callable[[Any, int, int], None] | None = None,
 ) -> tuple[Any, int, float]:
     """``state <- step(state, i)`` for ``i = start, start + stride, ...`` below ``num_chunks``.
 
     ``step(state, i)`` does chunks ``i .. min(i + stride, num_chunks) - 1``; the
     checkpoint after it is numbered by the chunks done, so a run can resume with a
-    different ``stride``. ``start`` is 0, or the chunks done in the restored
-    checkpoint. Returns ``(state, start, seconds of restore + loop)``. On success the
-    checkpoint folder is removed; on an exception it is kept (after pending saves).
+    different ``stride``; ``after(state, i, done)`` runs after that save (the loss
+    guard). ``start`` is 0, or the chunks done in the restored checkpoint. Returns
+    ``(state, start, seconds of restore + loop)``. On success the checkpoint folder is
+    removed; on an exception it is kept (after pending saves).
     """
-    ckpt = None if ckpt_dir is None else ChunkCheckpointer(ckpt_dir, fingerprint, resume=resume)
+    ckpt = None if checkpoint is None else checkpoint.open(harness)
     start = 0
     t0 = time.perf_counter()
     try:
@@ -124,6 +172,8 @@ def _drive(
                 done = min(i + stride, num_chunks)
                 if ckpt is not None:
                     ckpt.save(done, state)
+                if after is not None:
+                    after(state, i, done)
                 bar.update(done - i)
         state = jax.block_until_ready(state)
     except BaseException:
@@ -148,9 +198,8 @@ def sweep_map(
     inputs: Any,
     *,
     chunk_size: int,
-    ckpt_dir: Any = None,
-    fingerprint: dict[str, Any] | None = None,
-    resume: bool = False,
+    checkpoint: CheckpointSpec | None = None,
+    guard: LossGuard | None = None,
     desc: str = "",
 ) -> SweepResult:
     """``jax.vmap(fn)(inputs)`` a chunk per device at a time, sharded over all devices.
@@ -161,10 +210,11 @@ def sweep_map(
     compiled ``jax.jit(jax.vmap(fn))`` (compiled once) runs the next D chunks, one
     per device (D = device count), as a ``[D*chunk_size, ...]`` batch sharded with
     :func:`shard_leading`. Its outputs go to a preallocated host buffer, which is
-    checkpointed after each step when ``ckpt_dir`` is given, numbered by the chunks
-    done, with ``chunk_size``, N and the output shapes added to ``fingerprint``;
-    ``resume=True`` continues from the last saved chunk, on any device count.
-    Output leaves must be numeric (no typed PRNG keys).
+    checkpointed after each step when ``checkpoint`` is given, numbered by the chunks
+    done, with ``chunk_size``, N and the output shapes added to its fingerprint;
+    ``checkpoint.resume`` continues from the last saved chunk, on any device count.
+    Output leaves must be numeric (no typed PRNG keys). ``guard`` sees each step's
+    outputs with their item indices.
 
     Reading of "the chunking independent of device count": ``chunk_size`` is the
     batch one device computes at once, not split further over devices, because XLA
@@ -177,7 +227,7 @@ def sweep_map(
     """
     if chunk_size < 1:
         raise ValueError(f"sweep_map: chunk_size must be >= 1, got {chunk_size}")
-    inputs = jax.tree.map(jnp.asarray, inputs)
+    inputs = jax.tree.map(np.asarray, inputs)
     n = _leading_size(inputs)
     n_dev = jax.device_count()
     per_step = chunk_size * n_dev
@@ -196,17 +246,19 @@ def sweep_map(
         lo = k * chunk_size
         hi = min(lo + per_step, n)
         idx = np.minimum(lo + np.arange(per_step), n - 1)
-        out = jax.device_get(compiled(shard_leading(jax.tree.map(lambda x: x[idx], inputs))))
+        out = to_host(compiled(shard_leading(jax.tree.map(lambda x: x[idx], inputs))))
         for b, o in zip(jax.tree.leaves(buf), jax.tree.leaves(out)):
             b[lo:hi] = o[: hi - lo]
         return buf
 
-    fp = {
-        "study": fingerprint or {},
-        "harness": {"kind": "sweep_map", "n": n, "chunk_size": chunk_size, "outputs": _signature(buffer)},
-    }
+    def after(buf: Any, k: int, done: int) -> None:
+        items = np.arange(k * chunk_size, min(done * chunk_size, n))
+        guard(jax.tree.map(lambda b: b[items], buf), items, done)
+
+    harness = {"kind": "sweep_map", "n": n, "chunk_size": chunk_size, "outputs": _signature(buffer)}
     buffer, resumed, run_s = _drive(
-        step, buffer, num_chunks, stride=n_dev, ckpt_dir=ckpt_dir, fingerprint=fp, resume=resume, desc=desc
+        step, buffer, num_chunks, stride=n_dev, checkpoint=checkpoint, harness=harness, desc=desc,
+        after=None if guard is None else after,
     )
     return SweepResult(
         outputs=jax.tree.map(np.asarray, buffer), compile_s=compile_s, run_s=run_s, resumed_chunks=resumed
@@ -218,9 +270,8 @@ def run_chunks(
     init_state: Any,
     num_chunks: int,
     *,
-    ckpt_dir: Any = None,
-    fingerprint: dict[str, Any] | None = None,
-    resume: bool = False,
+    checkpoint: CheckpointSpec | None = None,
+    guard: LossGuard | None = None,
     desc: str = "",
 ) -> ChunksResult:
     """``state <- chunk_fn(state, i)`` for ``i in range(num_chunks)``, checkpointed.
@@ -228,10 +279,11 @@ def run_chunks(
     ``chunk_fn`` is a pure jittable function of the state pytree and an int32
     chunk index that returns a state of the same structure, shapes and dtypes; it is
     compiled once, with the output placed like the input (so a state sharded with
-    :func:`shard_leading` stays sharded). With ``ckpt_dir`` the state is saved after
-    each chunk and ``resume=True`` continues from the last saved chunk, restoring
-    into the shapes, dtypes and shardings of ``init_state``; the final state equals
-    an uninterrupted run's bitwise.
+    :func:`shard_leading` stays sharded). With ``checkpoint`` the state is saved after
+    each chunk and ``checkpoint.resume`` continues from the last saved chunk,
+    restoring into the shapes, dtypes and shardings of ``init_state``; the final state
+    equals an uninterrupted run's bitwise. ``guard`` sees the state after each chunk
+    (host copy). The returned state is gathered to host arrays.
     """
     if num_chunks < 1:
         raise ValueError(f"run_chunks: num_chunks must be >= 1, got {num_chunks}")
@@ -248,18 +300,19 @@ def run_chunks(
     compiled = jax.jit(chunk_fn, out_shardings=shardings).lower(state, index).compile()
     compile_s = time.perf_counter() - t0
 
-    fp = {
-        "study": fingerprint or {},
-        "harness": {"kind": "run_chunks", "num_chunks": num_chunks, "state": _signature(state)},
-    }
+    def after(s: Any, i: int, done: int) -> None:
+        host = to_host(s)
+        guard(host, np.arange(jax.tree.leaves(host)[0].shape[0]), done)
+
+    harness = {"kind": "run_chunks", "num_chunks": num_chunks, "state": _signature(state)}
     state, resumed, run_s = _drive(
         lambda s, i: compiled(s, np.int32(i)),
         state,
         num_chunks,
         stride=1,
-        ckpt_dir=ckpt_dir,
-        fingerprint=fp,
-        resume=resume,
+        checkpoint=checkpoint,
+        harness=harness,
         desc=desc,
+        after=None if guard is None else after,
     )
-    return ChunksResult(state=state, compile_s=compile_s, run_s=run_s, resumed_chunks=resumed)
+    return ChunksResult(state=to_host(state), compile_s=compile_s, run_s=run_s, resumed_chunks=resumed)

@@ -1,4 +1,8 @@
-"""pmd_jax: softmax attention as policy mirror descent (seed 001).
+"""pmd_jax: softmax attention as policy mirror descent.
+
+Paper: "PolicyAttention: Softmax Attention Implements Policy Mirror Descent for
+Closed-Loop Control" (arXiv 2609.30500); the derivations the code relies on that the
+paper does not give are written out in ``docs/pmd.md``.
 
 An exact, normalization-free decoder whose actor call performs the PMD step and whose
 critic call performs TD evaluation, the tabular MDP tools it is checked against, the

@@ -1,10 +1,11 @@
-"""Error envelopes and the returned-policy bound (seed 001, section 13).
+"""Error envelopes and the returned-policy bound (PolicyAttention, arXiv 2609.30500, section 13).
 
 Notation: ``B_Q = R_max / (1 - gamma)``; ``zeta_k`` is the actor's routing error
 ``max_s ||pi_hat_{k+1}(.|s) - PMD(pi_k, Q_k)(.|s)||_1``; ``delta_k`` the critic error
 ``||Q_{k+1} - F^{pi_hat_{k+1}} Q_k||_inf``.
 
-Readings of the seed (its symbols survive, its derivations do not):
+Readings of the paper (it states these terms without derivations; ``docs/pmd.md`` section 4
+derives them):
 
 * Routing envelope. In the actor row of query ``s`` the intended group has partition
   function ``Z_int = e^kappa sum_a pi(a|s) e^{eta Q(s,a)} >= e^{kappa - eta B_Q}``; each of

@@ -1,4 +1,4 @@
-"""The exact, normalization-free PolicyAttention decoder (seed 001, sections 2, 4, 13, 14, 16).
+"""The exact, normalization-free PolicyAttention decoder (arXiv 2609.30500, sections 2, 4, 13, 14, 16).
 
 One fixed causal decoder of 2 blocks and 2 heads per block serves two calls with the
 same weights. Every number it returns comes out of a real attention forward pass
@@ -51,7 +51,7 @@ Heads (head width ``S + A + 3``: coordinates ``[state S | action A | c1 | c2 | r
   transition scores ``2 kappa`` on the memory of ``(s', a')``, ``kappa`` on memories sharing
   one of them, 0 on the rest and ``-nu`` on every non-memory token.
 * Block 1, head 2: inactive (all weights zero); kept so that both blocks have the
-  seed's two heads.
+  paper's two heads.
 * Block 1 feed-forward (gated ReLU ``relu(x W_g) * (x W_u) W_d``, 2 active units):
   unit 1 ``relu(eta) * Q -> eta_q`` (exact since ``eta >= 0``); unit 2
   ``relu(is_trans) * gamma lookup -> target``, so the TD target ``r + gamma Q(s', a')``
@@ -71,13 +71,14 @@ Heads (head width ``S + A + 3``: coordinates ``[state S | action A | c1 | c2 | r
 The optional state-local mask (section 3) removes memory ``(s', a)`` from the row of
 policy query ``s`` when ``s' != s``; it is computed from the token coordinates.
 
-Widths, and why they differ from the seed
------------------------------------------
-Head width ``S + A + 3`` and the 2 x 2 head layout are the seed's. The seed's model
-width ``6S + 6A + 14`` exceeds this derivation's ``5S + 5A + 11`` by exactly one head
-width ``S + A + 3``; the supplement that lists the seed's coordinates is not available,
-and this construction needs no further channel, so we keep the smaller width. The seed's
-feed-forward map has 8 active units; this derivation needs 2 (``eta Q`` and the gated TD
+Widths, and why they differ from the paper
+------------------------------------------
+Head width ``S + A + 3`` and the 2 x 2 head layout are the paper's (section 4). The
+paper's model width ``6S + 6A + 14`` exceeds this derivation's ``5S + 5A + 11`` by exactly
+one head width ``S + A + 3``; the supplement that lists the paper's coordinates (section
+16) is not available, and this construction needs no further channel, so we keep the
+smaller width (``docs/pmd.md`` section 2.8). The paper's feed-forward map has 8 active
+units; this derivation needs 2 (``eta Q`` and the gated TD
 target), and the hidden width here is those 2. Every claimed identity is tested in
 ``tests/pmd_jax``.
 """
@@ -302,7 +303,7 @@ def weights_numpy(num_states: int, num_actions: int, gamma: float, kappa: float,
     return {"params": {**{f"attn_{b}": attn[b] for b in range(NUM_BLOCKS)}, **{f"ffn_{b}": ffn[b] for b in range(NUM_BLOCKS)}}}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _affine_basis(num_states: int, num_actions: int):
     """Every weight is affine in ``(gamma, kappa, nu)``: its value at 0 and its three slopes."""
     at = lambda g, k, n: weights_numpy(num_states, num_actions, g, k, n)

@@ -1,4 +1,4 @@
-"""The causal actor-environment-critic loop (seed 001, sections 2, 8 and 13).
+"""The causal actor-environment-critic loop (PolicyAttention, arXiv 2609.30500, sections 2, 8 and 13).
 
 Per round ``k``: the actor maps ``(pi_k, Q_k, eta)`` to ``pi_hat_{k+1}``; only then does the
 environment draw a packet under ``pi_hat_{k+1}``, and the critic maps ``Q_k`` and the

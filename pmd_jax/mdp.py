@@ -1,4 +1,4 @@
-"""Finite discounted MDPs as pytrees, with exact evaluation (seed 001, sections 6 and 13).
+"""Finite discounted MDPs as pytrees, with exact evaluation (PolicyAttention, arXiv 2609.30500, sections 6 and 13).
 
 A :class:`FiniteMDP` holds the transition tensor ``P[s, a, s']``, the reward table
 ``R[s, a]`` and the discount ``gamma`` as array leaves, so one ``jax.vmap`` runs many
@@ -100,8 +100,9 @@ def uniform_policy(num_states: int, num_actions: int, dtype=jnp.float32) -> jax.
 class RandomMDPFamily:
     """Dense random MDPs: ``P(.|s,a) ~ Dirichlet(concentration * 1)``, ``R ~ U[-r_max, r_max]``.
 
-    Dense transitions (every successor reachable) mix quickly, as in the seed's coverage
-    study (section 11: "its dense random transitions mix quickly"); bounded rewards give
+    Dense transitions (every successor reachable) mix quickly, as in the paper's coverage
+    study (section 11: "its dense random transitions mix quickly"; the paper does not give
+    its generator, this one is ours, ``docs/pmd.md`` section 5); bounded rewards give
     ``|Q| <= r_max / (1 - gamma)``. ``sample(key)`` is jit-safe, so ``jax.vmap(family.sample)``
     over keys draws a batch of MDPs.
     """
@@ -123,7 +124,7 @@ class RandomMDPFamily:
 
 
 def two_state_family(c, gamma) -> FiniteMDP:
-    """Seed section 14: states ``s-`` (index 0) and ``s+`` (index 1) loop on themselves;
+    """The family of section 14: states ``s-`` (index 0) and ``s+`` (index 1) loop on themselves;
     action rewards are ``(-c, 0)`` at ``s-`` and ``(c, 0)`` at ``s+``."""
     c = jnp.asarray(c)
     P = jnp.zeros((2, 2, 2), c.dtype).at[0, :, 0].set(1.0).at[1, :, 1].set(1.0)

@@ -1,7 +1,7 @@
 """Plain numpy references: PMD, policy evaluation, one-step TD, and the decoder's forward map.
 
 Written with explicit loops and no JAX, as the independent side of the cross-check tests
-(seed 001, section 16: "repository cross-check") and as the per-cell numpy baseline of
+(PolicyAttention, arXiv 2609.30500, section 16: "repository cross-check") and as the per-cell numpy baseline of
 ``bench pmd.reversal``. Nothing here is on a hot path.
 """
 from __future__ import annotations

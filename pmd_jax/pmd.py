@@ -1,4 +1,4 @@
-"""Negative-entropy policy mirror descent (seed 001, section 1).
+"""Negative-entropy policy mirror descent (PolicyAttention, arXiv 2609.30500, section 1).
 
 ``pi_{k+1}(a|s) = pi_k(a|s) exp(eta Q_k(s,a)) / sum_b pi_k(b|s) exp(eta Q_k(s,b))``,
 i.e. state by state ``pi_{k+1} = softmax(log pi_k + eta Q_k)``.

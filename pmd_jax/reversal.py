@@ -1,4 +1,4 @@
-"""The two-state reversal family (seed 001, sections 3, 7 and 14).
+"""The two-state reversal family (PolicyAttention, arXiv 2609.30500, sections 3, 7 and 14).
 
 States ``s-`` (index 0) and ``s+`` (index 1) loop on themselves with action rewards
 ``(-c, 0)`` and ``(c, 0)``. From the uniform prior and its exact ``Q^pi`` one actor call

@@ -1,4 +1,5 @@
-"""Sampling arms for the critic packet: the coverage relaxation of seed 001 (sections 8, 11, 15).
+"""Sampling arms for the critic packet: the coverage relaxation (PolicyAttention, arXiv 2609.30500,
+sections 8, 11, 15).
 
 Every arm spends the same budget of ``S * A * m`` fresh transitions per round
 ``(s, a, r, s', a')`` with ``a' ~ pi_hat_{k+1}(.|s')`` and ``r = R(s, a)``. The packet has
@@ -57,7 +58,7 @@ def _pair_draws(key, mdp: FiniteMDP, pi_next, s, a):
 
 def _stream(key, mdp: FiniteMDP, pi_next, state0, valid, explore_eps):
     """A continuing trajectory over the packet's slots; invalid slots leave the state alone."""
-    S, A = mdp.num_states, mdp.num_actions
+    A = mdp.num_actions
 
     def behaviour(k, s, target_action):
         ku, kc = jax.random.split(k)

@@ -1,11 +1,12 @@
 """rate_jax: RATE (Recurrent Action Transformer with memory), its baselines, T-Maze, MRV retention.
 
-Seed paper ``003`` (RATE, ICLR 2026); semantics follow the authors' code
+Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXiv
+2306.09459, ICLR 2026 version); semantics follow the authors' code
 (CognitiveAISystems/RATE). One module per idea:
 ``config`` (model sizes, baselines as configurations), ``masks`` (segment mask),
 ``attention`` (Transformer-XL relative attention), ``mrv`` (Memory Retention Valve),
 ``model`` (segment processing and recurrence), ``tmaze`` (environment), ``dataset``
-(oracle data), ``train`` (``make_train``), ``evaluate`` (online success rate),
+(oracle data), ``train`` (``make_train``; ``make_chunk`` for chunked runs), ``evaluate`` (online success rate),
 ``retention`` (the MRV retention bound and its assumptions).
 """
 from rate_jax import tmaze
@@ -17,15 +18,16 @@ from rate_jax.model import RATE, Carry, Segment, SegmentOutput, split_segments, 
 from rate_jax.mrv import MRV, mrv_activation
 from rate_jax.retention import (alignment_alpha, cosines, counterexample, mrv_update, no_anti_alignment,
                                 normalize_rows, retention_bound, retention_ratio, sample_instances)
-from rate_jax.train import (TrainConfig, TrainMetrics, TrainState, bptt_loss, init_state, make_train,
-                            make_update, make_validate, masked_cross_entropy, to_segments)
+from rate_jax.train import (STEP_METRICS, ChunkedRun, TrainConfig, TrainMetrics, TrainState, bptt_loss, init_chunked,
+                            init_state, make_chunk, make_train, make_update, make_validate, masked_cross_entropy,
+                            to_segments)
 
 __all__ = [
-    "MRV", "MRV_ACTIVATIONS", "RATE", "VARIANTS",
-    "Carry", "EvalResult", "ModelConfig", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics",
+    "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS",
+    "Carry", "ChunkedRun", "EvalResult", "ModelConfig", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics",
     "TrainState", "Trajectories",
-    "alignment_alpha", "bptt_loss", "cosines", "counterexample", "generate", "init_state", "make_evaluate",
-    "make_train", "make_update", "make_validate", "masked_cross_entropy", "mrv_activation", "mrv_update",
+    "alignment_alpha", "bptt_loss", "cosines", "counterexample", "generate", "init_chunked", "init_state",
+    "make_chunk", "make_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "mrv_activation", "mrv_update",
     "no_anti_alignment", "normalize_rows", "retention_bound", "retention_ratio", "sample_corridor_lengths",
     "sample_instances", "segment_corridor_lengths", "segment_mask", "split_segments", "tmaze",
     "to_segments", "unroll", "variant",

@@ -1,6 +1,7 @@
 """Transformer-XL relative multi-head attention, the attention of every RATE layer.
 
-RATE's decoder layers are Transformer-XL layers (seed ``003``, "关键设计 2"; authors'
+RATE's decoder layers are Transformer-XL layers (the RATE paper, "Recurrent Action
+Transformer with Memory" (arXiv 2306.09459), method: hidden-state caching; authors'
 ``RelPartialLearnableMultiHeadAttn``): the score of query i and key j is
 
     s_ij = [(q_i + u) . k_j + (q_i + v) . W_r p(d_ij)] / sqrt(d_head),

@@ -1,12 +1,13 @@
 """Model configuration of RATE and of its baselines as settings of the same code.
 
-Seed ``003`` (RATE, ICLR 2026), "整体框架" and "关键设计 1-3": a trajectory of (R, o, a)
-tokens is cut into segments of ``K`` steps; each segment is processed as
+Paper: "Recurrent Action Transformer with Memory" (arXiv 2306.09459), method overview
+(memory embeddings, hidden-state caching, Memory Retention Valve): a trajectory of
+(R, o, a) tokens is cut into segments of ``K`` steps; each segment is processed as
 concat(M_n, S_n, M_n) with ``m`` memory tokens, a Transformer-XL cache of ``mem_len``
 hidden states per layer, and the Memory Retention Valve (MRV) with ``n_head_ca`` heads.
-The baselines of the paper (DT, RMT, TrXL, RATE without MRV, RATE without cache) are
-the same model with some of these switched off; :func:`variant` builds them, so no
-baseline is a copy of the model code.
+The baselines of the paper (DT, RMT, TrXL, RATE without MRV, RATE without cache) are the
+same model with some of these switched off; :func:`variant` builds them, so no baseline
+is a copy of the model code.
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class ModelConfig:
 
 
 def variant(name: str, base: ModelConfig, num_segments: int) -> tuple[ModelConfig, int]:
-    """The paper's baselines as configurations of one model (seed, "主实验" / "关键发现").
+    """The paper's baselines as configurations of one model (the paper's baselines and ablations).
 
     Returns ``(config, training_segments)``. ``base`` is the RATE configuration and
     ``num_segments`` the N of RATE's training trajectories (length K*N).

@@ -1,10 +1,11 @@
 """Online evaluation in T-Maze: many episodes, segment recurrence, vectorised.
 
-The paper's T-Maze success rate (seed ``003``, "T-Maze 泛化" and the noise ablation),
-evaluated as the authors' ``val_tmaze.py`` does: return-to-go starts at 1, actions are
-the argmax of the logits at the current observation, the model sees the steps of the
-current segment, and at each segment boundary the memory (and cache) computed from
-the finished segment is passed on.
+The T-Maze success rate of "Recurrent Action Transformer with Memory" (arXiv 2306.09459)
+(its T-Maze generalisation experiment and memory-noise ablation), evaluated as the
+authors' ``val_tmaze.py`` does: return-to-go starts at 1, actions are the argmax of the
+logits at the current observation, the model sees the steps of the current segment, and
+at each segment boundary the memory (and cache) computed from the finished segment is
+passed on.
 
 Inference is incremental (``RATE.decode``): at the start of a segment the key/value
 buffers hold the cache; step 0 runs the prefix memory and (R_0, o_0), step t > 0 runs
@@ -18,7 +19,8 @@ Readings:
   final action slot is not yet filled;
 * DT (one segment of K*N steps, no memory) therefore restarts its context every K*N
   steps instead of sliding it; either way it cannot see the cue after K*N steps;
-* ``memory_noise`` (the paper's ablation "噪声破坏记忆嵌入 M"): every memory passed
+* ``memory_noise`` (the paper's ablation that replaces the memory
+  embeddings M by random noise at inference): every memory passed
   between segments is replaced by Gaussian noise with the same mean and standard
   deviation (per episode) as the memory it replaces; M_0 is kept.
 """

@@ -1,11 +1,13 @@
 """The attention mask of one RATE segment, concat(M_n, S_n, M_n) after a cache.
 
-Seed ``003``, "关键设计 1": the read prefix M_n is seen by every token of the segment,
-the write suffix M_n sees the whole segment (so its outputs become M_{n+1}), and the
-decoder is causal. The authors' ``RATE_model._forward`` fixes the remaining details,
-which this module follows: the m prefix memory tokens see each other (all of them),
-the m suffix memory tokens see each other, memory tokens do not read the XL cache
-unless ``read_mem_from_cache``, and every ordinary token sees the whole cache.
+Paper: "Recurrent Action Transformer with Memory" (arXiv 2306.09459), method: memory
+embeddings, one copy of M_n before and one after the segment. The read prefix M_n is
+seen by every token of the segment, the write suffix M_n sees the whole segment (so its
+outputs become M_{n+1}), and the decoder is causal. The authors' ``RATE_model._forward``
+fixes the remaining details, which this module follows: the m prefix memory tokens see
+each other (all of them), the m suffix memory tokens see each other, memory tokens do
+not read the XL cache unless ``read_mem_from_cache``, and every ordinary token sees the
+whole cache.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """RATE: the Recurrent Action Transformer with memory, one segment at a time.
 
-Seed ``003``, "整体框架" and Algorithm 1 (as summarised there): modality encoders turn
-(R_t, o_t, a_t) into three tokens; a segment S_n of K steps (3K tokens) is processed
-as concat(M_n, S_n, M_n) under the mask of :mod:`rate_jax.masks`, with a
-Transformer-XL cache of earlier hidden states as extra keys and values (no gradient);
-the outputs of the suffix memory tokens, passed through the MRV when it is on, are
-M_{n+1}; action logits are read at the observation tokens. M_0 is a learned
-parameter drawn from N(0, 1) at initialisation.
+Paper: "Recurrent Action Transformer with Memory" (arXiv 2306.09459), method overview
+and Algorithm 1: modality encoders turn (R_t, o_t, a_t) into three tokens; a segment S_n
+of K steps (3K tokens) is processed as concat(M_n, S_n, M_n) under the mask of
+:mod:`rate_jax.masks`, with a Transformer-XL cache of earlier hidden states as extra
+keys and values (no gradient); the outputs of the suffix memory tokens, passed through
+the MRV when it is on, are M_{n+1}; action logits are read at the observation tokens.
+M_0 is a learned parameter drawn from N(0, 1) at initialisation.
 
 Readings, all following the authors' PyTorch code (CognitiveAISystems/RATE):
 * encoders for T-Maze: R -> Linear(1, d), o -> Linear(obs_dim, d),
@@ -19,7 +19,7 @@ Readings, all following the authors' PyTorch code (CognitiveAISystems/RATE):
 * the cache of layer l holds the last ``mem_len`` inputs of layer l (memory tokens
   included), as the authors' ``_update_mems``; entries not yet filled are masked;
 * the authors initialise all m rows of M_0 with one shared N(0, 1) draw; here each
-  row is an independent N(0, 1) draw, as the seed states.
+  row is an independent N(0, 1) draw, as the paper states (M_0 ~ N(0, 1)).
 """
 from __future__ import annotations
 
@@ -284,7 +284,7 @@ def split_segments(tree, segment_len: int):
 
 
 def unroll(model: RATE, params, segments: Segment, carry: Carry, key=None, detach_memory: bool = False):
-    """Segment recurrence as ``lax.scan`` (seed, Algorithm 1): M_{n+1}, cache_{n+1} from segment n.
+    """Segment recurrence as ``lax.scan`` (the paper's Algorithm 1): M_{n+1}, cache_{n+1} from segment n.
 
     ``segments`` has leaves [N, B, K, ...]. With ``key`` given, dropout is on (training).
     ``detach_memory`` stops the gradient through M_n between segments (the authors'

@@ -1,11 +1,12 @@
 """The Memory Retention Valve, MRV(M_n, M_{n+1}) = FFN(MultiHead(Q=M_n, K=M_{n+1}, V=M_{n+1})).
 
-Seed ``003``, "关键设计 3": the old memory M_n queries the freshly written memory, and
-the learnable weights are W_Q, W_K, W_V and W_M. Reading of the formula, from the
-authors' ``mha_mem_to_mem``: the "FFN" is the output projection W_M (one affine map,
-with bias), the attention is unmasked over the m write tokens with ``n_head_ca``
-heads of width d/n_head_ca, and the activation ``mrv_act`` is applied to the write
-outputs before they enter as keys and values.
+Paper: "Recurrent Action Transformer with Memory" (arXiv 2306.09459), method: Memory
+Retention Valve. The old memory M_n queries the freshly written memory, and the
+learnable weights are W_Q, W_K, W_V and W_M. Reading of the formula, from the authors'
+``mha_mem_to_mem``: the "FFN" is the output projection W_M (one affine map, with bias),
+the attention is unmasked over the m write tokens with ``n_head_ca`` heads of width
+d/n_head_ca, and the activation ``mrv_act`` is applied to the write outputs before they
+enter as keys and values.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The MRV retention bound, its assumptions, and how to measure them.
 
-Seed ``003``, "关键设计 3" (retention theorem): one MRV update satisfies
-||M_{n+1} - M_n||_F <= sqrt(2 (1 - alpha/m)) ||M_n||_F. The seed states the proof
-idea only (rows sum to one, pigeonhole, angle inequality of unit vectors). Written
-out, with m_i the rows of M_n, v_j the m value rows and A the attention (m x m):
+Paper: "Recurrent Action Transformer with Memory" (arXiv 2306.09459), retention
+theorem of the Memory Retention Valve: one MRV update satisfies
+||M_{n+1} - M_n||_F <= sqrt(2 (1 - alpha/m)) ||M_n||_F. The paper sketches the proof
+(rows sum to one, pigeonhole, angle inequality of unit vectors). Written out, with
+m_i the rows of M_n, v_j the m value rows and A the attention (m x m):
 
 Assumptions.
   (A1) unit rows: ||m_i|| = ||v_j|| = 1 for all i, j;

@@ -1,8 +1,8 @@
 """T-Maze (passive, classic) as pure gymnax-style functions.
 
-The task of seed ``003`` ("一个完整示例"; paper's T-Maze experiments), following the
-authors' ``TMazeClassicPassive`` and the observation wrapper of their dataset and
-evaluation code::
+The T-Maze task of "Recurrent Action Transformer with Memory" (arXiv 2306.09459),
+following the authors' ``TMazeClassicPassive`` and the observation wrapper of their
+dataset and evaluation code::
 
                           g(+1)
     o--------------------j

@@ -1,8 +1,9 @@
 """Offline training of the RATE family on oracle T-Maze data: ``make_train(config) -> train(key)``.
 
-Seed ``003``, "损失函数 / 训练策略": the objective is the per-segment action loss
-L(a_n, \\hat a_n) (cross-entropy at the observation tokens, return-conditioned as in
-DT), unrolled over segments; the cache never carries gradient.
+Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXiv
+2306.09459), training objective: the per-segment action loss L(a_n, \\hat a_n)
+(cross-entropy at the observation tokens, return-conditioned as in DT), unrolled over
+segments (Algorithm 1); the cache never carries gradient.
 
 Gradient through memory, a deliberate choice (``TrainConfig.detach_memory``):
 * ``False`` (default): full backpropagation through the N segments of a trajectory;
@@ -17,6 +18,13 @@ Gradient through memory, a deliberate choice (``TrainConfig.detach_memory``):
 
 Optimiser as in the authors' ``TMaze.sh``: AdamW, gradient clipping, linear warm-up
 then linear decay to ``lr_end_factor`` times the peak learning rate.
+
+Per-step training metrics (:data:`STEP_METRICS`, recorded inside the ``lax.scan`` of
+:func:`make_update`): ``loss`` (mean segment loss of the batch) and ``grad_norm`` (global
+norm of the gradient before clipping; with ``detach_memory``, the mean over the
+segments that make an update). :func:`init_chunked` / :func:`make_chunk` run a
+seed-vmapped training a chunk of steps at a time and write them into fixed-shape
+``[seeds, num_steps]`` buffers, for a chunked and checkpointed driver.
 """
 from __future__ import annotations
 
@@ -104,13 +112,17 @@ class TrainState:
     step: jax.Array
 
 
+STEP_METRICS = ("loss", "grad_norm")
+
+
 @struct.dataclass
 class TrainMetrics:
-    """loss [steps] (mean segment loss per batch); val_turn_accuracy [] (teacher-forced
-    accuracy of the turn at the junction on held-out trajectories); val_accuracy []
-    (all actions)."""
+    """loss [steps] (mean segment loss per batch); grad_norm [steps] (global gradient norm
+    before clipping); val_turn_accuracy [] (teacher-forced accuracy of the turn at the
+    junction on held-out trajectories); val_accuracy [] (all actions)."""
 
     loss: jax.Array
+    grad_norm: jax.Array
     val_turn_accuracy: jax.Array
     val_accuracy: jax.Array
 
@@ -168,8 +180,12 @@ def bptt_loss(model: RATE, params, segments: Segment, masks: jax.Array, key=None
     return _segment_mean(sums, counts)
 
 
-def make_update(config: TrainConfig, num_steps: int) -> Callable[[TrainState], tuple[TrainState, jax.Array]]:
-    """``update(state) -> (state, loss [num_steps])``: ``num_steps`` batches as one ``lax.scan``."""
+def make_update(config: TrainConfig, num_steps: int
+                ) -> Callable[[TrainState], tuple[TrainState, dict[str, jax.Array]]]:
+    """``update(state) -> (state, {metric: [num_steps]})``: ``num_steps`` batches as one ``lax.scan``.
+
+    The metrics are :data:`STEP_METRICS`, one value per step.
+    """
     model = RATE(config.model)
     tx = _optimizer(config)
     k_len = config.model.segment_len
@@ -185,7 +201,8 @@ def make_update(config: TrainConfig, num_steps: int) -> Callable[[TrainState], t
 
         loss, grads = jax.value_and_grad(bptt_loss, argnums=1)(model, state.params, segs, masks, k_drop)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state), loss
+        new = state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
+        return new, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     def detached_step(state, key):
         k_batch, k_drop = jax.random.split(key)
@@ -208,20 +225,23 @@ def make_update(config: TrainConfig, num_steps: int) -> Callable[[TrainState], t
             take = c > 0  # a segment with no targets in the whole batch makes no update
             params = jax.tree.map(lambda a, b: jnp.where(take, a, b), optax.apply_updates(params, updates), params)
             opt_state = jax.tree.map(lambda a, b: jnp.where(take, a, b), new_opt, opt_state)
-            return (params, opt_state, new_carry), (s, c)
+            return (params, opt_state, new_carry), (s, c, optax.tree.norm(grads))
 
         carry = model.apply(state.params, config.batch_size, method=RATE.initial_carry)
         n = config.num_segments
-        (params, opt_state, _), (sums, counts) = jax.lax.scan(
+        (params, opt_state, _), (sums, counts, norms) = jax.lax.scan(
             body, (state.params, state.opt_state, carry), (segs, masks, jnp.arange(n), jax.random.split(k_drop, n)))
-        return state.replace(params=params, opt_state=opt_state), _segment_mean(sums, counts)
+        took = counts > 0
+        grad_norm = jnp.sum(jnp.where(took, norms, 0.0)) / jnp.maximum(jnp.sum(took), 1)
+        metrics = {"loss": _segment_mean(sums, counts), "grad_norm": grad_norm}
+        return state.replace(params=params, opt_state=opt_state), metrics
 
     one_step = detached_step if config.detach_memory else bptt_step
 
     def update(state: TrainState):
         keys = jax.random.split(state.key, num_steps + 1)
-        state, losses = jax.lax.scan(one_step, state, keys[1:])
-        return state.replace(key=keys[0], step=state.step + num_steps), losses
+        state, metrics = jax.lax.scan(one_step, state, keys[1:])
+        return state.replace(key=keys[0], step=state.step + num_steps), metrics
 
     return update
 
@@ -251,8 +271,44 @@ def make_train(config: TrainConfig) -> Callable[[jax.Array], tuple[TrainState, T
     validate = make_validate(config)
 
     def train(key):
-        state, losses = update(init_state(config, key))
+        state, metrics = update(init_state(config, key))
         turn_acc, acc = validate(state)
-        return state, TrainMetrics(loss=losses, val_turn_accuracy=turn_acc, val_accuracy=acc)
+        return state, TrainMetrics(loss=metrics["loss"], grad_norm=metrics["grad_norm"], val_turn_accuracy=turn_acc,
+                                   val_accuracy=acc)
 
     return train
+
+
+@struct.dataclass
+class ChunkedRun:
+    """A seed-vmapped training run advanced a chunk of steps at a time (:func:`make_chunk`).
+
+    train: :class:`TrainState` with a leading seed axis S; curves: {metric: [S, num_steps]}
+    for every metric of :data:`STEP_METRICS`, zero where a step has not run yet.
+    """
+
+    train: TrainState
+    curves: dict
+
+
+def init_chunked(config: TrainConfig, keys: jax.Array) -> ChunkedRun:
+    """The start of a chunked run: one :func:`init_state` per raw key (``keys`` [S, 2] uint32)."""
+    states = jax.jit(jax.vmap(lambda k: init_state(config, k)))(keys)
+    s = keys.shape[0]
+    return ChunkedRun(train=states, curves={k: jnp.zeros((s, config.num_steps)) for k in STEP_METRICS})
+
+
+def make_chunk(config: TrainConfig, num_chunks: int) -> Callable[[ChunkedRun, jax.Array], ChunkedRun]:
+    """``chunk(run, i) -> run``: steps ``i*C .. (i+1)*C - 1`` (C = num_steps / num_chunks) of every
+    seed, their metrics written into ``run.curves`` at those steps (a pure, jittable function)."""
+    if num_chunks < 1 or config.num_steps % num_chunks:
+        raise ValueError(f"num_chunks must be >= 1 and divide num_steps={config.num_steps}, got {num_chunks}")
+    per_chunk = config.num_steps // num_chunks
+    update = jax.vmap(make_update(config, per_chunk))
+
+    def chunk(run: ChunkedRun, i) -> ChunkedRun:
+        state, metrics = update(run.train)
+        curves = {k: jax.lax.dynamic_update_slice(run.curves[k], metrics[k], (0, i * per_chunk)) for k in run.curves}
+        return ChunkedRun(train=state, curves=curves)
+
+    return chunk

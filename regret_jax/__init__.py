@@ -1,8 +1,8 @@
 """regret_jax: regret-loss-trained linear self-attention on the probability simplex.
 
 Implements "Training with (Swap) Regret Loss in a Single-Layer Self-Attention Model: A
-Case Study on the Probability Simplex" (seed 002; equations reconstructed in
-shared/regret_spec.md): the Eq. (1)-(2) attention with softmax, external and swap
+Case Study on the Probability Simplex" (its equations are reconstructed and derived in
+docs/regret.md): the Eq. (1)-(2) attention with softmax, external and swap
 regret, the squared regret loss, the Theorem-1 ray scan, entropic FTRL, the d-head
 fixed-point (Blum-Mansour) model and its swap loss, and equilibrium gaps in games.
 """
@@ -46,6 +46,8 @@ from regret_jax.learners import (
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
 from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regrets
 from regret_jax.stationarity import (
+    SCAN_CHUNK,
+    SCAN_KAPPAS,
     RayEstimate,
     Root,
     block_gradients,
@@ -55,6 +57,11 @@ from regret_jax.stationarity import (
     mu_d,
     ray_estimate,
     ray_regret,
+    ray_sample,
+    scan_etas,
+    scan_kappas,
+    scan_keys,
+    scan_moments,
     swap_ray_regret,
 )
 from regret_jax.train import (
@@ -79,6 +86,8 @@ __all__ = [
     "JointPolicy",
     "Learner",
     "MODELS",
+    "SCAN_CHUNK",
+    "SCAN_KAPPAS",
     "SCHEDULES",
     "MultiHeadSimplexAttention",
     "RayEstimate",
@@ -116,10 +125,15 @@ __all__ = [
     "power_iteration",
     "ray_estimate",
     "ray_regret",
+    "ray_sample",
     "regret_offset",
     "reset",
     "run_online",
     "sample_losses",
+    "scan_etas",
+    "scan_kappas",
+    "scan_keys",
+    "scan_moments",
     "self_play",
     "sequence_model_learner",
     "squared_regret_loss",

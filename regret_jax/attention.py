@@ -1,15 +1,15 @@
 """Single-layer linear self-attention on the simplex, Eqs. (1)-(2) and the d-head Eq. (9).
 
-Reduced form (spec section 2.2, Eq. (2)) of one head, on input tokens z_i in R^n:
+Reduced form (docs/regret.md section 2.2, Eq. (2)) of one head, on input tokens z_i in R^n:
 
     u_t = sum_{i<=t} (V z_i + v) (b + k^T z_i),        pi_{t+1} = softmax(u_t),
 
 with V in R^{d x n}, v in R^d, k in R^n, b a scalar.  The attention score of token i
 against the fixed query is b + k^T z_i, so every token contributes a term that does not
 depend on the other tokens; the causal logits are therefore the *exclusive* running sum
-of per-token contributions (O(T) work, no quadratic loop).  Causal reading (spec 2.1):
+of per-token contributions (O(T) work, no quadratic loop).  Causal reading (docs/regret.md §2.1):
 the policy of round t sees z_1..z_{t-1}; round 1 sees the empty sum, u_0 = 0, so
-pi_1 = softmax(0) is uniform.  No 1/t normalisation is applied (spec 2.1), which keeps
+pi_1 = softmax(0) is uniform.  No 1/t normalisation is applied (docs/regret.md §2.1), which keeps
 the FTRL correspondence of Theorem 1 exact.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def full_to_reduced(V, K, Q, v_c, k_c, q_c, c) -> Params:
     """Map the Eq. (1) parameters (V, K, Q, v_c, k_c, q_c) and placeholder c to Eq. (2).
 
     Expanding <K z + k_c, Q c + q_c> = k^T z + b gives k = K^T (Q c + q_c) and
-    b = k_c^T (Q c + q_c); the value bias becomes v = v_c (spec section 2.2).  The map
+    b = k_c^T (Q c + q_c); the value bias becomes v = v_c (docs/regret.md section 2.2).  The map
     is onto, which is the paper's "same representation power".
     """
     query = Q @ c + q_c
@@ -54,12 +54,12 @@ def causal_logits(params: Params, z: jax.Array) -> jax.Array:
 
 
 def _zero_sum_projector(d: int) -> jax.Array:
-    """P = I - 11^T/d, the projector orthogonal to the all-ones vector (spec section 1)."""
+    """P = I - 11^T/d, the projector orthogonal to the all-ones vector (docs/regret.md section 1)."""
     return jnp.eye(d) - jnp.ones((d, d)) / d
 
 
 def ftrl_params(d: int, eta) -> Params:
-    """The Theorem-1 stationary configuration k = 0, v = 0, b = 1, V = -eta P (spec 2.3).
+    """The Theorem-1 stationary configuration k = 0, v = 0, b = 1, V = -eta P (docs/regret.md §2.3).
 
     Its forward pass is softmax(-eta P L_{t-1}) = softmax(-eta L_{t-1}), entropic FTRL.
     ``eta`` may be a traced scalar.
@@ -68,7 +68,7 @@ def ftrl_params(d: int, eta) -> Params:
 
 
 def bm_params(d: int, eta) -> Params:
-    """The Theorem-2 configuration of all d heads, stacked on a leading head axis (spec 10.4).
+    """The Theorem-2 configuration of all d heads, stacked on a leading head axis (docs/regret.md §10.4).
 
     V_j = e_j^T (x) (-eta P) in R^{d x d^2} (head j reads only input block j), k_j = 0,
     v_j = 0, b_j = 1.  Layout matches :class:`MultiHeadSimplexAttention`'s "heads".
@@ -85,7 +85,7 @@ def bm_params(d: int, eta) -> Params:
 class AttentionLogits(nn.Module):
     """One head of Eq. (2) as a flax module: z [T, n] -> causal logits [T, d].
 
-    Initialisation (engineer's choice, spec 7.1): V, k, v ~ N(0, init_scale^2), b = 1.
+    Initialisation (engineer's choice, docs/regret.md §7.1): V, k, v ~ N(0, init_scale^2), b = 1.
     """
 
     d: int

@@ -1,18 +1,18 @@
-"""The fixed-point layer of Eq. (9): x = FixedPoint(Q), Q x = x, 1^T x = 1 (spec 10.2).
+"""The fixed-point layer of Eq. (9): x = FixedPoint(Q), Q x = x, 1^T x = 1 (docs/regret.md §10.2).
 
 Forward: normalised power iteration x <- Qx / 1^T Q x from x = 1/d.  For a strictly
 positive Q this converges geometrically to the Perron vector (Dobrushin rate at most
 1 - d min Q_ij); the normalisation makes the map well defined for any positive Q and
 equals plain power iteration on column-stochastic Q.
 
-Backward (implicit differentiation; spec 10.2 and 13.8).  Differentiating Q x = lambda x,
+Backward (implicit differentiation; docs/regret.md §10.2 and 13.8).  Differentiating Q x = lambda x,
 1^T x = 1 at lambda = 1 with left eigenvector 1^T gives d lambda = 1^T dQ x and
 
     (I - Q + x 1^T) dx = (I - x 1^T) dQ x,
 
 where I - Q + x 1^T is invertible for primitive column-stochastic Q.  On the simplex
-tangent space (1^T dQ = 0, e.g. Q built from softmax columns) this reduces to the spec's
-dx = (I - Q + x 1^T)^{-1} dQ x.  The vector-Jacobian product is
+tangent space (1^T dQ = 0, e.g. Q built from softmax columns) this reduces to the formula of
+docs/regret.md §10.2, dx = (I - Q + x 1^T)^{-1} dQ x.  The vector-Jacobian product is
 Q_bar = mu x^T with mu = (I - 1 x^T) (I - Q + x 1^T)^{-T} x_bar.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entropic FTRL (smoothed fictitious play / Hedge), the target of Theorem 1 (spec 2.3)."""
+"""Entropic FTRL (smoothed fictitious play / Hedge), the target of Theorem 1 (docs/regret.md §2.3)."""
 from __future__ import annotations
 
 import chex
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 
 def ftrl_policies(losses: jax.Array, eta) -> jax.Array:
-    """pi_t = softmax(-eta L_{t-1}), t = 1..T, with L_0 = 0 (spec Eq. (23)); losses [T, d] -> [T, d].
+    """pi_t = softmax(-eta L_{t-1}), t = 1..T, with L_0 = 0 (Eq. (23), docs/regret.md §5.2); losses [T, d] -> [T, d].
 
     This is entropy-regularised FTRL with learning rate eta, written directly from the
     cumulative losses (independent of the attention code).
@@ -18,7 +18,7 @@ def ftrl_policies(losses: jax.Array, eta) -> jax.Array:
 
 
 def policy_mse(policies: jax.Array, losses: jax.Array, eta) -> jax.Array:
-    """Mean over (sequence, round, action) of (pi_t - softmax(-eta L_{t-1}))^2 (spec 7.2).
+    """Mean over (sequence, round, action) of (pi_t - softmax(-eta L_{t-1}))^2 (docs/regret.md §7.2).
 
     Reading: averaged over actions (divided by d) and including t = 1; neither choice
     moves the argmin in eta.  ``policies`` and ``losses`` are [N, T, d].
@@ -28,7 +28,7 @@ def policy_mse(policies: jax.Array, losses: jax.Array, eta) -> jax.Array:
 
 
 def fit_eta(policies: jax.Array, losses: jax.Array, etas: jax.Array, num_golden: int = 40) -> jax.Array:
-    """eta_hat = argmin_eta policy_mse (spec 7.2): best point of the grid ``etas``, then golden section.
+    """eta_hat = argmin_eta policy_mse (docs/regret.md §7.2): best point of the grid ``etas``, then golden section.
 
     The golden-section search runs on the bracket formed by the grid neighbours of the
     best grid point, so it assumes the MSE is unimodal there.

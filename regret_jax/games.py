@@ -2,11 +2,11 @@
 
 Environment in the gymnax style (pure ``reset(key, params)`` / ``step(key, state, action,
 params)``): the action is the pair of mixed strategies (x_t, y_t); the observation is
-each player's expected loss vector l^1_t = -A y_t, l^2_t = -B^T x_t (spec 3.1, 9.3, "with
+each player's expected loss vector l^1_t = -A y_t, l^2_t = -B^T x_t (docs/regret.md §3.1, 9.3, "with
 expected full-information loss feedback").  The state accumulates the joint mixed play
-sum_t x_t y_t^T, whose average sigma_T is the time-averaged joint play of spec 3.3.
+sum_t x_t y_t^T, whose average sigma_T is the time-averaged joint play of docs/regret.md §3.3.
 
-Gaps of a joint distribution sigma [m, n] (spec 9.3, 10.6), each a max over players:
+Gaps of a joint distribution sigma [m, n] (docs/regret.md §9.3, 10.6), each a max over players:
 * CCE:  max_{a'} E_sigma[u_i(a', a_-i)] - E_sigma[u_i];
 * CE (pairwise):  max_{a, a'} sum_{a_-i} sigma(a, a_-i) (u_i(a', a_-i) - u_i(a, a_-i));
 * swap:  sum_a max_{a'} of the same bracket (= max_i Swap-Regret_i / T under self-play).
@@ -21,7 +21,7 @@ from flax import struct
 
 from regret_jax.learners import Learner
 
-# Weighted rock-paper-scissors, instance (i) of spec 9.2: scissors' wins and losses
+# Weighted rock-paper-scissors, instance (i) of docs/regret.md §9.2: scissors' wins and losses
 # count double.  Skew-symmetric, unique equilibrium x* = y* = (0.4, 0.4, 0.2).
 WEIGHTED_RPS = np.array([[0.0, -1.0, 2.0], [1.0, 0.0, -2.0], [-2.0, 2.0, 0.0]])
 
@@ -93,17 +93,17 @@ def _both_players(sigma: jax.Array, params: GameParams) -> tuple[jax.Array, jax.
 
 
 def cce_gap(sigma: jax.Array, params: GameParams) -> jax.Array:
-    """Maximum CCE-deviation gap of a joint distribution sigma [m, n] (spec 9.3)."""
+    """Maximum CCE-deviation gap of a joint distribution sigma [m, n] (docs/regret.md §9.3)."""
     return jnp.max(jnp.stack([jnp.max(jnp.sum(G, axis=0)) for G in _both_players(sigma, params)]))
 
 
 def ce_gap(sigma: jax.Array, params: GameParams) -> jax.Array:
-    """Pairwise CE-deviation gap max_i max_{a,a'} G_i[a, a'] (spec 10.6)."""
+    """Pairwise CE-deviation gap max_i max_{a,a'} G_i[a, a'] (docs/regret.md §10.6)."""
     return jnp.max(jnp.stack([jnp.max(G) for G in _both_players(sigma, params)]))
 
 
 def swap_gap(sigma: jax.Array, params: GameParams) -> jax.Array:
-    """Full-swap gap max_i sum_a max_{a'} G_i[a, a'] (spec 10.6)."""
+    """Full-swap gap max_i sum_a max_{a'} G_i[a, a'] (docs/regret.md §10.6)."""
     return jnp.max(jnp.stack([jnp.sum(jnp.max(G, axis=1)) for G in _both_players(sigma, params)]))
 
 
@@ -121,7 +121,7 @@ class SelfPlay:
 
 
 def self_play(row: Learner, col: Learner, params: GameParams, T: int) -> SelfPlay:
-    """Repeated play for T rounds with expected full-information feedback (spec 9.3 protocol).
+    """Repeated play for T rounds with expected full-information feedback (docs/regret.md §9.3 protocol).
 
     One ``lax.scan``; the gaps are evaluated on the running average after every round.
     """

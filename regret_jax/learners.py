@@ -1,4 +1,4 @@
-"""Online learners as pure state machines, for regret curves and self-play (spec 3.1, 9.3, 10.1).
+"""Online learners as pure state machines, for regret curves and self-play (docs/regret.md §3.1, 9.3, 10.1).
 
 A :class:`Learner` holds its parameters as pytree leaves and three static pure functions:
 ``init(params) -> state``, ``act(params, state) -> policy [d]`` and
@@ -42,7 +42,7 @@ def _uniform_observe(params, state, policy, loss):
 
 
 def uniform_learner(d: int) -> Learner:
-    """The non-adaptive uniform policy 1/d (baseline of spec 8.3, 9.4, 10.6)."""
+    """The non-adaptive uniform policy 1/d (baseline of docs/regret.md §8.3, 9.4, 10.6)."""
     return Learner({"ones": jnp.ones(d)}, _uniform_init, _uniform_act, _uniform_observe)
 
 
@@ -80,13 +80,13 @@ def _swap_observe(params, logits, policy, loss):
 
 
 def swap_learner(head_params: dict, calibration=1.0) -> Learner:
-    """The d-head fixed-point model of Eq. (9) run through the Blum-Mansour recurrence (spec 10.1, 10.6).
+    """The d-head fixed-point model of Eq. (9) run through the Blum-Mansour recurrence (docs/regret.md §10.1, 10.6).
 
     ``head_params`` are stacked per head (layout of ``MultiHeadSimplexAttention``'s
     "heads").  Each round: q_{j,t} = softmax(u_{j,t-1}), x_t = FixedPoint(Q_t); after the
     loss, the token z_t = c_d (x_t (x) l_t) (block j = c_d x_t[j] l_t) is added to every
     head's running sum.  ``calibration`` c_d is the dimension-only calibration of
-    section 4.1 (spec 10.6: d, sqrt(d) or 1); it is a leaf, so it can be swept.
+    section 4.1 (docs/regret.md §10.6: d, sqrt(d) or 1); it is a leaf, so it can be swept.
     With :func:`regret_jax.attention.bm_params` and c_d = 1 this is exact Blum-Mansour
     with Hedge copies, Eq. (56).
     """
@@ -130,7 +130,7 @@ class Rollout:
 
 
 def run_online(learner: Learner, losses: jax.Array) -> Rollout:
-    """Play ``learner`` against an oblivious loss sequence [T, d] with full information (spec 3.1)."""
+    """Play ``learner`` against an oblivious loss sequence [T, d] with full information (docs/regret.md §3.1)."""
     chex.assert_rank(losses, 2)
 
     def round_(state, loss):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 
 def cumulative_regret(policies: jax.Array, losses: jax.Array) -> jax.Array:
-    """Reg(t) = sum_{s<=t} <pi_s, l_s> - min_a L_{t,a} for t = 1..T (Eq. (4) at every t, spec 8.1)."""
+    """Reg(t) = sum_{s<=t} <pi_s, l_s> - min_a L_{t,a} for t = 1..T (Eq. (4) at every t, docs/regret.md §8.1)."""
     chex.assert_equal_shape([policies, losses])
     learner = jnp.cumsum(jnp.sum(policies * losses, axis=-1))
     return learner - jnp.min(jnp.cumsum(losses, axis=0), axis=-1)
@@ -26,7 +26,7 @@ def swap_regret(policies: jax.Array, losses: jax.Array) -> jax.Array:
     """Eq. (5), last form: sum_a max_b sum_t pi_t(a) (l_t(a) - l_t(b)).
 
     The maximum over swap maps phi decouples per played action a because the objective
-    is linear in each row of the row-stochastic M (spec 3.2).
+    is linear in each row of the row-stochastic M (docs/regret.md §3.2).
     """
     chex.assert_equal_shape([policies, losses])
     played = jnp.sum(policies * losses, axis=0)  # [a]: sum_t pi_t(a) l_t(a)

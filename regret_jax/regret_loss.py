@@ -1,9 +1,9 @@
 """Regret losses: Eq. (6) with f(x) = x^2 on N(0, I_d) losses, and the swap loss Eq. (10).
 
-Surrogate (spec 4.3-4.4): f(x) = x^2.  The identity surrogate is degenerate under
+Surrogate (docs/regret.md §4.3-4.4): f(x) = x^2.  The identity surrogate is degenerate under
 N(0, I_d): for any predictable policy E<pi_t, l_t> = 0, so E[Regret] = sqrt(T) mu_d does
 not depend on the parameters (Proposition 5).  No smooth-max over several sequences is
-used (N = 1 in Park et al.'s notation, spec 4.1).
+used (N = 1 in Park et al.'s notation, docs/regret.md §4.1).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from regret_jax.regret import external_regret
 
 
 def sample_losses(key: jax.Array, batch: int, T: int, d: int, mean: jax.Array | None = None) -> jax.Array:
-    """Draw ``batch`` sequences l_t ~ N(mean, I_d) i.i.d. over t (spec 4.2); returns [batch, T, d].
+    """Draw ``batch`` sequences l_t ~ N(mean, I_d) i.i.d. over t (docs/regret.md §4.2); returns [batch, T, d].
 
     ``mean`` [batch, d] gives each sequence its own bias (biased-Gaussian evaluation of
-    spec 8.1); ``None`` is the training law N(0, I_d).
+    docs/regret.md §8.1); ``None`` is the training law N(0, I_d).
     """
     noise = jax.random.normal(key, (batch, T, d))
     if mean is None:
@@ -40,7 +40,7 @@ def swap_regrets(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
 
     ``head_policies`` [B, T, d, d] with ``[..., t, j, :]`` = q_{j,t}; ``blocks`` [B, T, d, d]
     with ``[..., t, j, :]`` = l_t^{(j)}, the j-th Gaussian block of z_t = (l^{(1)},...,l^{(d)}).
-    Reading (spec 10.3): training uses independent full-scale blocks; the fixed point
+    Reading (docs/regret.md §10.3): training uses independent full-scale blocks; the fixed point
     does not enter the objective.
     """
     chex.assert_equal_shape([head_policies, blocks])

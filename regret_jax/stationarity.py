@@ -1,4 +1,4 @@
-"""Theorem 1 numerics: the ray function F(eta) = E[R(eta)^2] along V = -eta P (spec 5-6).
+"""Theorem 1 numerics: the ray function F(eta) = E[R(eta)^2] along V = -eta P (docs/regret.md §5-6).
 
 Along the ray (k = 0, v = 0, b = 1, V = -eta P) the policy is pi_t = softmax(-eta L_{t-1})
 and, with l_t ~ N(0, I_d) i.i.d. (Eq. (23)),
@@ -8,7 +8,7 @@ and, with l_t ~ N(0, I_d) i.i.d. (Eq. (23)),
     F'(eta) = 2 E[R R'].
 
 The scan evaluates every eta of a grid on the *same* sequences (common random numbers).
-Exact small-eta values (spec 5.4, re-derived here).  Write L_T = sqrt(T) Z, Z ~ N(0, I).
+Exact small-eta values (docs/regret.md §5.4, re-derived here).  Write L_T = sqrt(T) Z, Z ~ N(0, I).
 At eta = 0, R = mean_a(L_T) - min_a L_T = sqrt(T) g(PZ) with g(y) = max_a(-y_a).
 
 * F(0): R/sqrt(T) = max_a W_a - mean(W) with W = -Z; mean(W) is independent of PW and
@@ -22,6 +22,8 @@ At eta = 0, R = mean_a(L_T) - min_a L_T = sqrt(T) g(PZ) with g(y) = max_a(-y_a).
 Both identities are tested against Monte-Carlo in tests/regret_jax.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import chex
 import jax
@@ -44,17 +46,17 @@ def _max_gaussian_moment(d: int, power: int) -> float:
 
 
 def mu_d(d: int) -> float:
-    """mu_d = E[max of d i.i.d. N(0,1)] (spec 4.4); E[Regret] = sqrt(T) mu_d for every eta."""
+    """mu_d = E[max of d i.i.d. N(0,1)] (docs/regret.md §4.4); E[Regret] = sqrt(T) mu_d for every eta."""
     return _max_gaussian_moment(d, 1)
 
 
 def exact_F0(d: int, T: int) -> float:
-    """F(0) = T (E[(max_a Z_a)^2] - 1/d), spec 5.4 (derivation in the module docstring)."""
+    """F(0) = T (E[(max_a Z_a)^2] - 1/d), docs/regret.md §5.4 (derivation in the module docstring)."""
     return T * (_max_gaussian_moment(d, 2) - 1.0 / d)
 
 
 def exact_dF0(d: int, T: int) -> float:
-    """F'(0) = -(T-1) sqrt(T) mu_d / d < 0, spec 5.4: the comparator term dominates at small eta."""
+    """F'(0) = -(T-1) sqrt(T) mu_d / d < 0, docs/regret.md §5.4: the comparator term dominates at small eta."""
     return -(T - 1) * np.sqrt(T) * mu_d(d) / d
 
 
@@ -83,7 +85,7 @@ def ray_regret(losses: jax.Array, etas: jax.Array) -> tuple[jax.Array, jax.Array
 
 @struct.dataclass
 class RayEstimate:
-    """Monte-Carlo moments on an eta grid [E] from N sequences (spec 6.1 step 3)."""
+    """Monte-Carlo moments on an eta grid [E] from N sequences (docs/regret.md §6.1 step 3)."""
 
     F: jax.Array  # [E] mean R^2
     dF: jax.Array  # [E] mean 2 R R'
@@ -108,7 +110,7 @@ def ray_estimate(R: jax.Array, dR: jax.Array) -> RayEstimate:
 
 @struct.dataclass
 class Root:
-    """The - to + sign change of F' on a grid (spec 6.1 step 4)."""
+    """The - to + sign change of F' on a grid (docs/regret.md §6.1 step 4)."""
 
     eta: jax.Array  # root eta*, NaN if F' never goes from - to +
     se: jax.Array  # se(F' at the root) / |slope|
@@ -121,7 +123,7 @@ def find_root(etas: jax.Array, dF: jax.Array, dF_se: jax.Array, window: int = 2)
     Locates the first - to + sign change between grid points i and i+1, fits a straight
     line by least squares to the ``2*window`` points i-window+1..i+window (clipped to the
     grid), and returns its zero with standard error se_interp(F') / |slope| (delta
-    method, spec 6.1).  ``sign_changes`` counts every sign change of the estimated F'.
+    method, docs/regret.md §6.1).  ``sign_changes`` counts every sign change of the estimated F'.
     """
     chex.assert_equal_shape([etas, dF, dF_se])
     E = etas.shape[0]
@@ -152,9 +154,9 @@ def find_root(etas: jax.Array, dF: jax.Array, dF_se: jax.Array, window: int = 2)
 def swap_ray_regret(blocks: jax.Array, etas: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Sum over heads of (R_j, R_j') at the Theorem-2 configuration, one block input [T, d, d].
 
-    Head j at V_j = e_j^T (x) (-eta P) is smoothed FP on block j (spec 10.4), so
+    Head j at V_j = e_j^T (x) (-eta P) is smoothed FP on block j (docs/regret.md §10.4), so
     Phi(eta) = E[(sum_j R_j)^2] and Phi'(eta) = 2 E[(sum_j R_j)(sum_j R_j')] are the
-    :func:`ray_estimate` moments of the returned sums.  Spec 10.5 (Eqs. (59)-(60)):
+    :func:`ray_estimate` moments of the returned sums.  docs/regret.md §10.5 (Eqs. (59)-(60)):
     the R_j are i.i.d. with eta-independent mean sqrt(T) mu_d, hence Phi' = d F'.
     """
     chex.assert_rank(blocks, 3)
@@ -165,7 +167,7 @@ def swap_ray_regret(blocks: jax.Array, etas: jax.Array) -> tuple[jax.Array, jax.
 def block_gradients(losses: jax.Array, eta) -> dict:
     """Gradient of R^2 for one sequence [T, d] w.r.t. (V, k, v, b) at k = 0, v = 0, b = 1, V = -eta P.
 
-    Spec 5.3 (paper Eq. (11)): in expectation grad_V = alpha P with alpha = -F'/(d-1),
+    docs/regret.md §5.3 (paper Eq. (11)): in expectation grad_V = alpha P with alpha = -F'/(d-1),
     grad_v = grad_k = 0 and grad_b = eta F'; pointwise the columns of grad_V and the
     entries of grad_v sum to zero (shift invariance, J 1 = 0).  Computed by autodiff
     through the attention forward pass, independently of Eq. (24).
@@ -177,3 +179,59 @@ def block_gradients(losses: jax.Array, eta) -> dict:
         return external_regret(policies, losses) ** 2
 
     return jax.grad(squared_regret)(ftrl_params(losses.shape[1], eta))
+
+
+# --- The Monte-Carlo scan of F' for its root eta* (docs/regret.md §6.1) -------------------------------------------
+# A scan is: the grid eta = 0 and eta = kappa / sqrt(T) (:func:`scan_etas`), N sequence keys (:func:`scan_keys`),
+# one (R, R') row per key (:func:`ray_sample`, a pure function of the key, so any batched map over the keys
+# - ``jax.vmap``, a chunked and checkpointed sweep - computes it), and the moments and root of the rows
+# (:func:`scan_moments`). The Theorem-1 root eta* at (d, T) is :func:`scan_moments`' ``eta_star``.
+
+SCAN_KAPPAS = np.geomspace(0.25, 8.0, 40)  # default grid of kappa = eta sqrt(T)
+SCAN_CHUNK = 4000  # default sequences per batch of the scan (a size that does not depend on the device count)
+
+
+def scan_kappas(kappa_min: float = 0.25, kappa_max: float = 8.0, num_kappas: int = 40) -> np.ndarray:
+    """The geometric grid of kappa = eta sqrt(T) (default: :data:`SCAN_KAPPAS`)."""
+    return np.geomspace(kappa_min, kappa_max, num_kappas)
+
+
+def scan_etas(T: int, kappas=SCAN_KAPPAS) -> np.ndarray:
+    """The scan's eta grid [1 + K] (float32): eta = 0 (for the exact values of docs/regret.md §5.4), then kappa / sqrt(T)."""
+    return np.asarray(np.concatenate([[0.0], np.asarray(kappas) / np.sqrt(T)]), np.float32)
+
+
+def scan_keys(d: int, T: int, num_sequences: int, seed: int = 0) -> np.ndarray:
+    """Raw key data [N, 2] (uint32) of the N sequences of cell (d, T): ``split(fold_in(key(seed), 1000 d + T), N)``."""
+    if num_sequences < 1:
+        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+    cell = jax.random.fold_in(jax.random.key(seed), 1000 * d + T)
+    return np.asarray(jax.random.key_data(jax.random.split(cell, num_sequences)))
+
+
+def ray_sample(d: int, T: int, etas) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
+    """``fn(key_data [2]) -> (R [E], R' [E])``: one N(0, I_d) sequence of length T through :func:`ray_regret`."""
+    etas = jnp.asarray(etas, jnp.float32)
+
+    def one_sequence(key_data):
+        return ray_regret(jax.random.normal(jax.random.wrap_key_data(key_data), (T, d)), etas)
+
+    return one_sequence
+
+
+def scan_moments(R, dR, etas) -> dict[str, np.ndarray]:
+    """Moments and root of one scan: (R, R') [N, 1 + K] on :func:`scan_etas` -> numpy values.
+
+    Per eta [1 + K]: ``etas``, ``F`` = mean R^2 and its standard error ``F_se``, ``dF`` =
+    mean 2 R R' and ``dF_se``, ``mean_R`` and ``mean_R_se`` (:func:`ray_estimate`). The
+    root of F' on the grid without eta = 0 (:func:`find_root`): ``eta_star``, its standard
+    error ``se`` and ``sign_changes`` (0-d arrays).
+    """
+    R, dR, etas = np.asarray(R), np.asarray(dR), np.asarray(etas)
+    est = jax.tree.map(np.asarray, ray_estimate(jnp.asarray(R), jnp.asarray(dR)))
+    root = jax.tree.map(np.asarray, find_root(jnp.asarray(etas[1:]), jnp.asarray(est.dF[1:]), jnp.asarray(est.dF_se[1:])))
+    return {
+        "etas": etas, "F": est.F, "F_se": np.std(R**2, axis=0, ddof=1) / np.sqrt(R.shape[0]),
+        "dF": est.dF, "dF_se": est.dF_se, "mean_R": est.mean_R, "mean_R_se": est.mean_R_se,
+        "eta_star": root.eta, "se": root.se, "sign_changes": root.sign_changes,
+    }

@@ -1,17 +1,17 @@
-"""Regret-loss training: ``make_train(config) -> train(key)``, fully jittable (spec 7.1, 8, 10.6).
+"""Regret-loss training: ``make_train(config) -> train(key)``, fully jittable (docs/regret.md §7.1, 8, 10.6).
 
 Each step draws a fresh batch of N(0, I_d) sequences and takes one optax step on
 * the squared external regret loss Eq. (6) for ``model = "attention"`` (reduced Eq. (2)
   model, all parameters free, no FTRL supervision) and ``model = "transformer"``;
 * the swap loss Eq. (10) with Gaussian block inputs for ``model = "multihead"`` (the
   d-head Eq. (9) model; the fixed point is used only at evaluation).
-Optimiser (engineer's choice, spec 7.1 and 8.2: the paper's optimiser and schedule are
+Optimiser (engineer's choice, docs/regret.md §7.1 and 8.2: the paper's optimiser and schedule are
 lost): Adam with global-norm clipping, at a constant learning rate or, with
 ``schedule = "warmup_cosine"``, a linear warmup followed by a cosine decay to 0.  Sweeps
 over seeds are ``jax.vmap(train)`` over keys.
 
 ``centered = True`` (engineer's choice, a variance reduction of the same objective):
-differentiate mean((R - c)^2) with c = E[R] the parameter-free mean regret of spec 4.4
+differentiate mean((R - c)^2) with c = E[R] the parameter-free mean regret of docs/regret.md §4.4
 (:func:`regret_offset`).  Since E[R] does not depend on the parameters,
 E[(R - c)^2] = E[R^2] - c^2 for every parameter value: the two objectives have the same
 gradient and minimisers, and the per-batch gradient 2 (R - c) grad R is an unbiased
@@ -89,7 +89,7 @@ def build_model(config: TrainConfig) -> nn.Module:
 
 
 def regret_offset(config: TrainConfig) -> float:
-    """E[Regret] under the training law, the same for every parameter value (spec 4.4, Proposition 5).
+    """E[Regret] under the training law, the same for every parameter value (docs/regret.md §4.4, Proposition 5).
 
     sqrt(T) mu_d for Eq. (6); d sqrt(T) mu_d for the summed head regrets of Eq. (10)
     (each head plays a predictable policy against its own zero-mean Gaussian block).
@@ -125,7 +125,7 @@ class TrainOutput:
 
 
 def make_schedule(config: TrainConfig) -> optax.Schedule:
-    """Learning rate per step (engineer's choice, spec 8.2: the optimiser and its schedule are unknown).
+    """Learning rate per step (engineer's choice, docs/regret.md §8.2: the optimiser and its schedule are unknown).
 
     ``"constant"``: ``learning_rate`` throughout.  ``"warmup_cosine"``: linear warmup from
     0 to ``learning_rate`` over ``warmup_steps``, then cosine decay to 0 at ``num_steps``,

@@ -1,13 +1,13 @@
-"""Deeper causal softmax Transformers for the regret objective (paper section 3.3, spec 8).
+"""Deeper causal softmax Transformers for the regret objective (paper section 3.3, docs/regret.md §8).
 
 Surviving facts: 2- and 4-layer causal softmax Transformers with 4 heads per layer,
 trained on the same Gaussian squared-regret objective.  Everything else is an
-engineer's choice (spec 8.2): GPT-style pre-LayerNorm blocks, a linear embedding of
+engineer's choice (docs/regret.md §8.2): GPT-style pre-LayerNorm blocks, a linear embedding of
 l_t plus a learned start token and learned positional embeddings, a linear read-out to
 d logits and a softmax.  Input to position t (0-based) is the start token for t = 0 and
 l_t otherwise, so with the causal mask output t is pi_{t+1} and sees only l_1..l_t.
 
-``zero_readout = True`` (engineer's choice, spec 8.2) initialises the read-out kernel
+``zero_readout = True`` (engineer's choice, docs/regret.md §8.2) initialises the read-out kernel
 (and, as always, its bias) at zero: every policy of the untrained model is exactly
 uniform, including pi_1 = 1/d, the first play that the permutation symmetry of N(0, I_d)
 singles out for a learner that has seen nothing (R^2 is convex in pi_1), and training

@@ -1,6 +1,8 @@
 """uat_jax: the Utility-Augmented Transformer (UAT) on DarkRoom, with its baselines,
-ablations and theory checks (seed paper arXiv 2607.18910, Domain A)."""
-from uat_jax import darkroom, schedules, theory
+ablations and theory checks, after "Breaking Feedback-Blindness: Utility-Augmented
+Transformer for Sequential Decision Making" (UAT, arXiv 2607.18910), Domain A.
+Derivations and readings: ``docs/uat.md``."""
+from uat_jax import cells, darkroom, schedules, theory
 from uat_jax.attention import FeedbackAttention, KVCache
 from uat_jax.config import ABLATIONS, KINDS, ModelConfig, ablation
 from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, corrupt, corrupt_episode, shift
@@ -17,7 +19,7 @@ __all__ = [
     "DecisionTransformer", "DecodeCache", "EvalMetrics", "FeedbackAttention", "FeedbackChannel",
     "GRUGate", "GateReadout", "KVCache", "ModelConfig", "Task", "TrainConfig", "TrainResult",
     "Trajectory", "UtilityEncoder",
-    "ablation", "accuracy", "corrupt", "corrupt_episode", "cross_entropy", "darkroom",
+    "ablation", "accuracy", "cells", "corrupt", "corrupt_episode", "cross_entropy", "darkroom",
     "efficiency", "goal_at", "init_cache", "init_params", "make_evaluate", "make_optimizer",
     "make_train", "regime_state", "rollout", "schedules", "sequence_logits", "shift", "theory",
 ]

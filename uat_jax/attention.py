@@ -1,4 +1,4 @@
-"""Feedback-conditioned causal attention (seed paper, section 4.2, Eqs. 14-16).
+"""Feedback-conditioned causal attention (UAT paper, section 4.2, Eqs. 14-16).
 
 Per layer l and head h, with x the layer input (after the pre-attention LayerNorm):
 

@@ -1,7 +1,7 @@
 """Model configuration: UAT, its baselines and its ablations as one frozen dataclass.
 
-Seed paper: "Breaking Feedback-Blindness: Utility-Augmented Transformer (UAT)",
-section 4, Table 3 (Domain A defaults), Table 4 (ablations), section 6.1 (baselines).
+Paper: "Breaking Feedback-Blindness: Utility-Augmented Transformer for Sequential
+Decision Making" (UAT, arXiv 2607.18910), section 4, Table 3 (Domain A defaults), Table 4 (ablations), section 6.1 (baselines).
 Baselines that share code with UAT are configurations of the same module: ``kind``
 selects how tokens are built and which residual is used; the six ablations of
 Table 4 are switches on ``kind="uat"``.

@@ -1,4 +1,4 @@
-"""DarkRoom with a hidden goal (seed paper, Appendix C.1 Domain A), gymnax-style.
+"""DarkRoom with a hidden goal (UAT paper, Appendix C.1 Domain A), gymnax-style.
 
 A ``size x size`` grid (10 x 10) whose only walls are its border. Positions are
 (row, col); actions are 0 stay, 1 up (row - 1), 2 down (row + 1), 3 left (col - 1),

@@ -39,7 +39,7 @@ class FeedbackChannel:
     sigma: jax.Array
 
     @classmethod
-    def make(cls, name: str, sigma: float = 0.0) -> "FeedbackChannel":
+    def make(cls, name: str, sigma: float = 0.0) -> FeedbackChannel:
         if name not in CORRUPTIONS:
             raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {name!r}")
         if sigma < 0:

@@ -1,4 +1,4 @@
-"""GRU-type gated residual connection of GTrXL (Parisotto et al. 2020, the seed's [39]).
+"""GRU-type gated residual connection of GTrXL (Parisotto et al. 2020, reference [39] of the UAT paper).
 
 g(x, y) replaces the residual x + y of a block (identity-map reordering: y is the
 ReLU of the sub-layer output on LN(x)):

@@ -1,4 +1,4 @@
-"""The decision Transformer family: UAT and its baselines (seed paper, sections 2, 4, 6.1).
+"""The decision Transformer family: UAT and its baselines (UAT paper, sections 2, 4, 6.1).
 
 One flax module, ``DecisionTransformer``, whose ``cfg.kind`` chooses the tokens:
 
@@ -13,7 +13,7 @@ One flax module, ``DecisionTransformer``, whose ``cfg.kind`` chooses the tokens:
 
 Blocks are pre-LN: x <- x + Attn(LN(x)), x <- x + FFN(LN(x)) (ReLU FFN of width d_ff),
 then a final LN and the task head pi = softmax(W_head h_t^(L) + b_head) of section 4.2
-(reading of the lost block equations: pre-LN, as the seed only says the FFN and LN are
+(reading of the lost block equations: pre-LN, as the paper only says the FFN and LN are
 deterministic maps of the attention output). GTrXL replaces both residual sums by GRU
 gates. UAT feeds
 the utility u_j (local gates, every layer) and rho_t (all layers) to the attention.

@@ -1,6 +1,6 @@
 """Causal step-by-step rollout of a policy in DarkRoom, and the Domain A metrics.
 
-Seed paper, section 4.3 (rollout-then-optimize; test-time causal inference without
+UAT paper, section 4.3 (rollout-then-optimize; test-time causal inference without
 expert guidance) and Appendix C.3 (metrics). At step t the policy sees o_1..o_t and
 the fed feedback (a_{j-1}, r~_{j-1}) for j <= t through its decode cache; the expert's
 action at the visited state is recorded as the label and never shown to the policy.

@@ -1,4 +1,4 @@
-"""Hidden-goal schedules across DarkRoom episodes (seed paper, Appendix C.1).
+"""Hidden-goal schedules across DarkRoom episodes (UAT paper, Appendix C.1).
 
 A *run* is a sequence of episodes sharing one ``run_key``; the goal of episode ``e``
 is a pure function ``goal_at(schedule, run_key, e)`` so any episode of any run is

@@ -1,4 +1,4 @@
-"""Numerical counterparts of the seed paper's theory (sections 3.2, 4.2, 5; Appendix A, D.3).
+"""Numerical counterparts of the UAT paper's theory (sections 3.2, 4.2, 5; Appendix A, D.3).
 
 - Zero degradation (section 4.2, Theorem 1 part 1): with W_s = W_rho = 0 every gate is
   0 and UAT computes exactly the Vanilla-TF with the same base weights

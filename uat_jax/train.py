@@ -1,4 +1,4 @@
-"""Rollout-then-optimize behaviour cloning on DarkRoom (seed paper, section 4.3, Table 3).
+"""Rollout-then-optimize behaviour cloning on DarkRoom (UAT paper, section 4.3, Table 3).
 
 One epoch: (1) roll the current policy out causally, without gradient, on a batch of
 B episodes (one per run, every run at episode index = epoch, goals from the task's
@@ -68,7 +68,7 @@ class Task:
     channel: FeedbackChannel
 
     @classmethod
-    def make(cls, schedule: str, corruption: str = "clean", sigma: float = 0.0) -> "Task":
+    def make(cls, schedule: str, corruption: str = "clean", sigma: float = 0.0) -> Task:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         return cls(schedule=jnp.asarray(SCHEDULES.index(schedule), jnp.int32),

@@ -1,4 +1,4 @@
-"""Utility encoder, gate readouts and regime state (seed paper, section 4.1, Table 3).
+"""Utility encoder, gate readouts and regime state (UAT paper, section 4.1, Table 3).
 
 u_j = E(f_a(a_{j-1}), r_{j-1}) in R^{d_u}. The displayed form of E was lost from the
 seed; reading of section 4.1 / Table 3 ("two-layer MLP", "UE hidden dim" 32, ReLU cited

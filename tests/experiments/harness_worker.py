@@ -1,7 +1,8 @@
 """A fixed sweep for the sweep tests, importable in-process and runnable as a subprocess.
 
-``python harness_worker.py OUT.npz [--ckpt DIR] [--resume] [--sleep S]`` runs
-:func:`run` and saves its outputs; the device count comes from ``XLA_FLAGS``.
+``python harness_worker.py OUT.npz [--ckpt DIR] [--resume] [--sleep S]
+[--coordinator HOST:PORT --num-processes N --process-id I]`` runs :func:`run` and saves
+its outputs (process 0 only); the device count comes from ``XLA_FLAGS``.
 """
 import argparse
 import time
@@ -10,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import io, sweep
+from experiments import distributed, io, sweep
+from experiments.checkpoint import CheckpointSpec
 
 N = 50  # not a multiple of CHUNK: 16 chunks of 3 items and one of 2 (padded) ...
 CHUNK = 3  # ... so 5 steps on the 4 test devices (the last runs 1 chunk + 3 of padding), 17 on one
@@ -56,9 +58,7 @@ def run(ckpt_dir=None, resume=False, sleep_s=0.0):
         make_fn(sleep_s),
         inputs(),
         chunk_size=CHUNK,
-        ckpt_dir=ckpt_dir,
-        fingerprint={"worker": "harness", "n": N},
-        resume=resume,
+        checkpoint=None if ckpt_dir is None else CheckpointSpec(ckpt_dir, {"worker": "harness", "n": N}, resume=resume),
         desc="worker",
     )
 
@@ -69,6 +69,12 @@ if __name__ == "__main__":
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--coordinator")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
     args = parser.parse_args()
+    if args.coordinator:
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id, 60)
     res = run(args.ckpt, args.resume, args.sleep)
-    io.save_npz(args.out, devices=np.int64(jax.device_count()), **res.outputs)
+    if distributed.is_writer():
+        io.save_npz(args.out, devices=np.int64(jax.device_count()), resumed=np.int64(res.resumed_chunks), **res.outputs)

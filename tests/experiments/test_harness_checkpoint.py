@@ -18,7 +18,7 @@ def _state():
 def _saved(directory, steps=(1, 2)):
     with ChunkCheckpointer(directory, {"cfg": [1, 2]}, resume=False) as ckpt:
         for step in steps:
-            state = jax.tree.map(lambda x: x * step, _state())
+            state = jax.tree.map(lambda x, step=step: x * step, _state())
             ckpt.save(step, state)
     return state
 

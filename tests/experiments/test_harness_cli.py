@@ -1,187 +1,314 @@
-"""experiments.cli driven in-process with toy studies: list, run, report, bench."""
+"""experiments.cli driven in-process with toy studies: list, show, run (--set, --config,
+--seeds, --sweep, curves, NaN guard, errors), report and bench."""
+import dataclasses
 import json
 import math
+from typing import Literal
 
+import jax.numpy as jnp
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
-from experiments import cli, io, registry
-from experiments.registry import Check, StudyOutput
+from experiments import checks, cli, io, registry, sweep
+from experiments.registry import Study, Summary
 
-RESULT_KEYS = {"study", "quick", "config", "metrics", "checks", "paper", "provenance"}
-PROVENANCE_KEYS = {"git", "jax", "backend", "devices", "wall_s", "compile_s"}
+RESULT_KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
+PROVENANCE_KEYS = {"git", "jax", "backend", "devices", "processes", "wall_s", "compile_s"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    width: int = 4
+    kind: Literal["a", "b"] = "a"
+
+    def __post_init__(self):
+        if self.width < 1:
+            raise ValueError(f"width must be >= 1, got {self.width}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    """A training-like toy: ``num_seeds`` runs of ``steps`` steps with step size ``lr``."""
+
+    lr: float = 0.1
+    steps: int = 5
+    num_seeds: int = 2
+    sizes: tuple[int, ...] = (1, 2)
+    inner: Inner = Inner()
+    blow_up_at: int = -1  # a step whose loss is NaN (-1: none)
+
+    def __post_init__(self):
+        if not 0 < self.lr < 1:
+            raise ValueError(f"lr must lie in (0, 1), got {self.lr}")
+        if self.num_seeds < 1:
+            raise ValueError(f"num_seeds must be >= 1, got {self.num_seeds}")
+
+
+TOY_QUICK = ToyConfig(steps=4)
+TOY_FULL = ToyConfig()
+
+
+def _toy_train(cfg: ToyConfig, lr):
+    """loss_t = (1 - lr)^t * (1 + seed), one row per seed; NaN at ``blow_up_at``."""
+    def one(seed):
+        t = jnp.arange(1, cfg.steps + 1)
+        loss = (1.0 - lr) ** t * (1.0 + seed)
+        return {"loss": jnp.where(t == cfg.blow_up_at, jnp.nan, loss), "grad_norm": loss * 2}
+    return one
+
+
+def _toy_compute(cfg: ToyConfig, ctx):
+    seeds = np.arange(cfg.num_seeds, dtype=np.float32)
+    guard = sweep.LossGuard("toy", lambda out, items, done: out["loss"])
+    res = sweep.sweep_map(_toy_train(cfg, cfg.lr), seeds, chunk_size=1, checkpoint=ctx.checkpoint("train"), guard=guard)
+    ctx.record_compile(res.compile_s)
+    return {"final": res.outputs["loss"][:, -1], "curves": {"toy": dict(res.outputs)}}
+
+
+def _toy_compute_sweep(cfg: ToyConfig, field, values, ctx):
+    assert field == "lr"
+    lrs = np.repeat(np.asarray(values, np.float32), cfg.num_seeds)
+    seeds = np.tile(np.arange(cfg.num_seeds, dtype=np.float32), len(values))
+    res = sweep.sweep_map(lambda x: _toy_train(cfg, x["lr"])(x["seed"]), {"lr": lrs, "seed": seeds}, chunk_size=1,
+                          checkpoint=ctx.checkpoint("sweep_lr"))
+    out = []
+    for i in range(len(values)):
+        part = {k: v[i * cfg.num_seeds:(i + 1) * cfg.num_seeds] for k, v in res.outputs.items()}
+        out.append({"final": part["loss"][:, -1], "curves": {"toy": part}})
+    return out
+
+
+def _toy_summarize(cfg: ToyConfig, arrays):
+    final = float(np.mean(arrays["final"]))
+    return Summary(
+        metrics={"final_loss": final, "blowup": math.nan},
+        checks=[checks.below("final_loss_small", final, 2.0, paper=1.5, claim="the loss falls"),
+                checks.at_least("seeds_run", float(len(arrays["final"])), 1)],
+        tables={"table": {"seed": np.arange(len(arrays["final"])), "final": arrays["final"]}},
+    )
+
+
+def _toy_write(cfg, arrays, summary, out_dir):
+    fig, ax = plt.subplots()
+    ax.plot(arrays["final"])
+    io.save_figure(fig, out_dir / "curve.png")
+
+
+def _constant_compute(cfg, ctx):
+    return {}
 
 
 @pytest.fixture
 def toys(monkeypatch):
-    """A private registry holding four toy studies; returns the contexts they saw."""
+    """A private registry of toy studies."""
     monkeypatch.setattr(registry, "_STUDIES", {})
     monkeypatch.setattr(registry, "load_all", lambda: dict(sorted(registry._STUDIES.items())))
-    seen = {}
+    toy = dict(config_type=ToyConfig, quick=TOY_QUICK, full=TOY_FULL, compute=_toy_compute,
+               summarize=_toy_summarize, write=_toy_write, module=__name__)
+    registry.register(Study(name="toy.train", summary="a training toy", paper={"final_loss": 1.5},
+                            seeds_field="num_seeds", traced=("lr",), compute_sweep=_toy_compute_sweep, **toy))
+    registry.register(Study(name="toy.fixed", summary="a toy with a fixed size", **toy))
+    fail = lambda cfg, arrays: Summary({"gap": 0.3}, [checks.below("gap_small", 0.3, 0.1)])
+    registry.register(Study(name="toy.fail", summary="a failing claim", config_type=ToyConfig, quick=TOY_QUICK,
+                            full=TOY_FULL, compute=_constant_compute, summarize=fail, module=__name__))
 
-    @registry.study("toy.pass", "a study whose claim holds")
-    def _pass(ctx):
-        seen["toy.pass"] = ctx
-        fig, ax = plt.subplots()
-        ax.plot([0, 1])
-        io.save_figure(fig, ctx.out_dir / "curve.png")
-        return StudyOutput(
-            config={"n": 3, "sizes": (1, 2)},
-            metrics={"err": 0.0125, "blowup": math.nan},
-            checks=[Check("err_small", 0.0125, "< 0.05", True)],
-            paper={"err": 0.02, "paper_only": 3.0},
-            compile_s=0.5,
-        )
-
-    @registry.bench("toy.pass")
-    def _bench(ctx):
-        seen["bench"] = ctx
-        return {"vmap_s": 0.25, "loop_s": 2.5, "speedup": 10.0, "by_size": {"8": 1.5}}
-
-    @registry.study("toy.fail", "a study whose claim fails")
-    def _fail(ctx):
-        return StudyOutput({}, {"gap": 0.3}, [Check("gap_small", 0.3, "< 0.1", False)], {})
-
-    @registry.study("toy.raises", "a study that crashes")
-    def _raises(ctx):
+    def crash(cfg, ctx):
         raise RuntimeError("toy crash")
 
-    @registry.study("toy.malformed", "a study with a bad metric")
-    def _malformed(ctx):
-        return StudyOutput({}, {"x": [1.0, 2.0]}, [], {})
-
-    return seen
+    registry.register(Study(name="toy.raises", summary="a crash", config_type=ToyConfig, quick=TOY_QUICK,
+                            full=TOY_FULL, compute=crash, summarize=fail, module=__name__))
+    registry.bench("toy.train")(lambda out_dir: {"vmap_s": 0.25, "loop_s": 2.5, "by_size": {"8": 1.5}})
 
 
-def _result(tmp_path, name):
-    return json.loads((tmp_path / name / "result.json").read_text())
+def _result(path):
+    return json.loads((path / "result.json").read_text())
 
 
-def test_list_shows_every_study(toys, capsys):
+def test_list_and_show(toys, capsys):
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["toy.fail", "toy.malformed", "toy.pass", "toy.raises"]
-    assert "bench" in lines[2] and "a study whose claim holds" in lines[2]
-    assert "bench" not in lines[0]
+    assert [line.split()[0] for line in lines] == ["toy.fail", "toy.fixed", "toy.raises", "toy.train"]
+    assert "bench" in lines[3] and "seeds" in lines[3] and "seeds" not in lines[1]
+    assert cli.main(["show", "toy.train", "--quick", "--set", "inner.width=8"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == {"lr": 0.1, "steps": 4, "num_seeds": 2, "sizes": [1, 2], "inner": {"width": 8, "kind": "a"},
+                     "blow_up_at": -1}
+    assert cli.main(["show", "toy.train"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 5
 
 
 def test_run_writes_the_result_contract(toys, tmp_path, capsys):
-    assert cli.main(["run", "toy.pass", "--quick", "--seeds", "3", "--out", str(tmp_path)]) == 0
-    ctx = toys["toy.pass"]
-    assert (ctx.study, ctx.quick, ctx.seeds, ctx.resume) == ("toy.pass", True, 3, False)
-    assert ctx.out_dir == tmp_path / "toy.pass"
-    res = _result(tmp_path, "toy.pass")
+    argv = ["run", "toy.train", "--quick", "--seeds", "3", "--set", "lr=0.5", "--set", "sizes=[3]", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    res = _result(tmp_path / "toy.train")
     assert set(res) == RESULT_KEYS and set(res["provenance"]) == PROVENANCE_KEYS
-    assert res["study"] == "toy.pass" and res["quick"] is True
-    assert res["config"] == {"n": 3, "sizes": [1, 2]}
-    assert res["metrics"] == {"err": 0.0125, "blowup": None}  # NaN is written as null
-    assert res["checks"] == [{"name": "err_small", "value": 0.0125, "target": "< 0.05", "passed": True}]
-    assert res["paper"] == {"err": 0.02, "paper_only": 3.0}
-    prov = res["provenance"]
-    assert prov["devices"] == 4 and prov["backend"] == "cpu" and prov["compile_s"] == 0.5
-    assert prov["wall_s"] > 0 and isinstance(prov["git"], str) and prov["git"]
-    out = capsys.readouterr().out
-    assert "running toy.pass" in out and "PASS  err_small" in out
-    assert sorted(p.name for p in (tmp_path / "toy.pass").iterdir()) == ["curve.png", "result.json"]
+    assert res["config"]["lr"] == 0.5 and res["config"]["num_seeds"] == 3 and res["config"]["sizes"] == [3]
+    assert res["overrides"] == [{"field": "lr", "value": 0.5}, {"field": "sizes", "value": [3]},
+                                {"field": "num_seeds", "value": 3}]
+    assert res["metrics"]["blowup"] is None  # NaN is written as null
+    expected = np.mean((1 - 0.5) ** 4 * (1 + np.arange(3)))
+    check = res["checks"][0]
+    assert check == {"name": "final_loss_small", "value": pytest.approx(expected), "target": "< 2",
+                     "passed": True, "paper": 1.5, "claim": "the loss falls"}
+    assert res["provenance"]["devices"] == 4 and res["provenance"]["processes"] == 1
+    files = sorted(p.name for p in (tmp_path / "toy.train").iterdir())
+    assert files == ["curve.png", "curves.csv", "result.json", "table.csv"]  # checkpoint folder removed
+    rows = (tmp_path / "toy.train" / "curves.csv").read_text().splitlines()
+    assert rows[0] == "model,seed,step,loss,grad_norm" and len(rows) == 1 + 3 * 4
+    model, seed, step, loss, grad = rows[1 + 4 * 2 + 1].split(",")  # seed 2, step 2
+    assert (model, seed, step) == ("toy", "2", "2") and float(loss) == pytest.approx(0.25 * 3)
+    assert "PASS  final_loss_small" in capsys.readouterr().out
 
 
-def test_failed_check_exits_1_after_writing(toys, tmp_path, capsys):
-    assert cli.main(["run", "toy.fail", "--out", str(tmp_path)]) == 1
-    res = _result(tmp_path, "toy.fail")
-    assert res["quick"] is False and res["checks"][0]["passed"] is False
-    assert "FAIL  gap_small" in capsys.readouterr().out
+def test_config_file_then_set(toys, tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"lr": 0.2, "inner": {"kind": "b"}}))
+    assert cli.main(["run", "toy.fixed", "--config", str(cfg), "--set", "lr=0.3", "--out", str(tmp_path)]) == 0
+    res = _result(tmp_path / "toy.fixed")
+    assert res["config"]["lr"] == 0.3 and res["config"]["inner"] == {"width": 4, "kind": "b"}
 
 
-def test_usage_errors_exit_2(toys, tmp_path, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "no_such_field=1"], "no_such_field"),
+    (["--set", "inner.depth=1"], "inner.depth"),
+    (["--set", "lr.x=1"], "lr.x"),
+    (["--set", "lr=fast"], "'lr' accepts float"),
+    (["--set", "steps=1.5"], "'steps' accepts int"),
+    (["--set", "lr=1.5"], "lr must lie in (0, 1)"),
+    (["--set", "inner.width=0"], "width must be >= 1"),
+    (["--set", "inner.kind=c"], "inner.kind"),
+    (["--set", "lr"], "FIELD=VALUE"),
+    (["--seeds", "0"], "--seeds"),
+    (["--sweep", "lr=0.2,2.0"], "lr must lie in (0, 1)"),
+    (["--sweep", "lr=0.2,0.2"], "repeats"),
+    (["--sweep", "nope=1,2"], "nope"),
+])
+def test_bad_overrides_exit_2_before_work(toys, tmp_path, capsys, argv, message):
+    assert cli.main(["run", "toy.train", *argv, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "toy.train").exists()
+
+
+def test_bad_config_files_name_file_and_key(toys, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert cli.main(["run", "toy.train", "--config", str(bad), "--out", str(tmp_path)]) == 2
+    assert "bad.json is not JSON" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"lr": 0.2, "momentum": 0.9}))
+    assert cli.main(["run", "toy.train", "--config", str(unknown), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown.json" in err and "momentum" in err
+    assert cli.main(["run", "toy.train", "--config", str(tmp_path / "missing.json"), "--out", str(tmp_path)]) == 2
+    assert "missing.json" in capsys.readouterr().err
+
+
+def test_seeds_rejected_by_a_study_without_seeds(toys, tmp_path, capsys):
+    assert cli.main(["run", "toy.fixed", "--seeds", "3", "--out", str(tmp_path)]) == 2
+    assert "toy.fixed' has no seeds" in capsys.readouterr().err
+    assert cli.main(["run", "all", "--set", "lr=0.2", "--out", str(tmp_path)]) == 2
+
+
+def test_other_usage_errors_exit_2(toys, tmp_path, capsys):
     assert cli.main(["run", "toy.nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "unknown study 'toy.nope'" in err and "toy.pass" in err and "toy.fail" in err
-    assert cli.main(["run", "toy.pass", "--seeds", "0", "--out", str(tmp_path)]) == 2
-    assert "--seeds" in capsys.readouterr().err
+    assert "unknown study 'toy.nope'" in err and "toy.train" in err
+    assert cli.main(["show", "toy.nope"]) == 2
     assert cli.main(["bench", "toy.fail", "--out", str(tmp_path)]) == 2
     assert "has no bench" in capsys.readouterr().err
     assert cli.main(["report", "--out", str(tmp_path / "missing")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["run", "toy.train", "--coordinator", "127.0.0.1:1234", "--out", str(tmp_path)]) == 2
+    assert "must be given together" in capsys.readouterr().err
+    argv = ["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"]
+    assert cli.main(["run", "toy.train", *argv, "--out", str(tmp_path)]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
+    argv = ["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "2"]
+    assert cli.main(["run", "toy.train", *argv, "--out", str(tmp_path)]) == 2
+    assert "0..1" in capsys.readouterr().err
     assert cli.main([]) == 2
-    assert not (tmp_path / "toy.pass").exists()
+
+
+def test_non_finite_loss_stops_the_run_naming_seed_and_step(toys, tmp_path, capsys):
+    assert cli.main(["run", "toy.train", "--set", "blow_up_at=3", "--seeds", "3", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "NonFiniteLoss" in err and "seed 0, step 2" in err  # step index 2 is step number 3
+    assert "non-finite loss" in (tmp_path / "toy.train" / "error.txt").read_text()
+    assert (tmp_path / "toy.train" / "train").is_dir()  # the finished chunk's checkpoint is kept
+    assert not (tmp_path / "toy.train" / "result.json").exists()
 
 
 def test_run_all_survives_a_crashing_study(toys, tmp_path, capsys):
     assert cli.main(["run", "all", "--quick", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
-    assert "RuntimeError: toy crash" in captured.err and "Traceback" in captured.err
-    assert "study 'toy.malformed': metrics['x'] must be a real number" in captured.err
-    assert (tmp_path / "toy.pass" / "result.json").exists()
-    assert (tmp_path / "toy.fail" / "result.json").exists()
-    assert not (tmp_path / "toy.raises" / "result.json").exists()
+    assert "RuntimeError: toy crash" in captured.err
+    assert (tmp_path / "toy.train" / "result.json").exists() and (tmp_path / "toy.fail" / "result.json").exists()
     assert "toy crash" in (tmp_path / "toy.raises" / "error.txt").read_text()
-    table = captured.out[captured.out.index("status"):]
-    for name, status in [("toy.fail", "FAIL"), ("toy.malformed", "ERROR"), ("toy.pass", "PASS"), ("toy.raises", "ERROR")]:
-        assert any(line.split()[:2] == [name, status] for line in table.splitlines())
+    for name, status in [("toy.train", "PASS"), ("toy.fail", "FAIL"), ("toy.raises", "ERROR")]:
+        assert any(line.split()[:2] == [name, status] for line in captured.out.splitlines())
 
 
-@pytest.mark.parametrize(
-    "output, field",
-    [
-        (StudyOutput({}, {"m": "1.0"}, [], {}), "metrics['m']"),
-        (StudyOutput({}, {1: 1.0}, [], {}), "metrics keys"),
-        (StudyOutput({}, {}, [Check("c", 1.0, "< 2", "yes")], {}), "checks[0].passed"),
-        (StudyOutput({}, {}, [Check("c", None, "< 2", True)], {}), "checks[0].value"),
-        (StudyOutput({}, {}, [Check("c", 1.0, "t", True), Check("c", 1.0, "t", True)], {}), "checks[1].name"),
-        (StudyOutput({"f": object()}, {}, [], {}), "config"),
-        (StudyOutput({}, {}, [], {"p": [1]}), "paper['p']"),
-        ({"metrics": {}}, "must return a StudyOutput"),
-    ],
-)
-def test_malformed_output_names_study_and_field(output, field):
-    with pytest.raises(cli.InvalidStudyOutput, match="study 'toy.x'") as err:
-        cli.build_result("toy.x", True, output, 1.0)
-    assert field in str(err.value)
-
-
-def test_report_tables_and_corrupt_result(toys, tmp_path, capsys):
-    cli.main(["run", "toy.pass", "--quick", "--out", str(tmp_path)])
-    cli.main(["run", "toy.fail", "--out", str(tmp_path)])
-    cli.main(["run", "toy.raises", "--out", str(tmp_path)])
-    (tmp_path / "toy.broken").mkdir()
-    (tmp_path / "toy.broken" / "result.json").write_text('{"study": "toy.broken", "metr')
-    capsys.readouterr()
+def test_traced_sweep_is_one_program_and_matches_single_runs(toys, tmp_path):
+    assert cli.main(["run", "toy.train", "--quick", "--sweep", "lr=0.2,0.5", "--out", str(tmp_path)]) == 0
+    root = tmp_path / "toy.train" / "sweep"
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["lr=0.2", "lr=0.5"]
+    for lr in ("0.2", "0.5"):
+        res = _result(root / f"lr={lr}")
+        assert res["sweep"] == {"field": "lr", "value": float(lr), "vmapped": True} and res["config"]["lr"] == float(lr)
+        single = tmp_path / f"single{lr}"
+        assert cli.main(["run", "toy.train", "--quick", "--set", f"lr={lr}", "--out", str(single)]) == 0
+        for name in ("curves.csv", "table.csv"):
+            assert (root / f"lr={lr}" / name).read_bytes() == (single / "toy.train" / name).read_bytes()
     assert cli.main(["report", "--out", str(tmp_path)]) == 0
-    assert "warning" in capsys.readouterr().err
-    report = (tmp_path / "REPORT.md").read_text()
-    lines = report.splitlines()
-    assert "| study | checks passed | wall time | mode |" in lines
-    assert any(line.startswith("| toy.pass | 1/1 |") and line.endswith("| quick |") for line in lines)
-    assert any(line.startswith("| toy.fail | 0/1 |") and line.endswith("| full |") for line in lines)
-    assert "| toy.broken | unreadable result.json | | |" in lines
-    assert "| toy.raises | raised, no result | | |" in lines
-    assert "| metric | ours | paper |" in lines
-    assert "| err | 0.0125 | 0.02 |" in lines
-    assert "| blowup | non-finite |  |" in lines
-    assert "| paper_only |  | 3 |" in lines
-    assert "| err_small | 0.0125 | < 0.05 | PASS |" in lines
-    assert "| gap_small | 0.3 | < 0.1 | FAIL |" in lines
-    assert "![curve](toy.pass/curve.png)" in lines
-    assert any(line.startswith("Provenance: git ") and "devices 4" in line for line in lines)
-    assert "toy.raises/error.txt" in report
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "### Sweep: toy.train over `lr`" in text
+    assert "| lr | final_loss_small | checks passed |" in text
+    assert "![sweep lr](toy.train/sweep/lr.png)" in text and (root / "lr.png").exists()
 
 
-def test_report_renders_a_study_table(toys, tmp_path):
-    cli.main(["run", "toy.pass", "--quick", "--out", str(tmp_path)])
-    (tmp_path / "toy.pass" / "table.csv").write_text("arm,m,loss\nbalanced,6,0.0125\nexact,,nan\n")
+def test_untraced_sweep_runs_per_value_and_resume_keeps_done_values(toys, tmp_path, capsys):
+    argv = ["run", "toy.train", "--quick", "--sweep", "steps=2,3", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    root = tmp_path / "toy.train" / "sweep"
+    first = (root / "steps=2" / "result.json").read_text()
+    assert len((root / "steps=3" / "curves.csv").read_text().splitlines()) == 1 + 2 * 3
+    capsys.readouterr()
+    assert cli.main(argv + ["--resume"]) == 0
+    assert capsys.readouterr().err.count("already done, kept") == 2
+    assert (root / "steps=2" / "result.json").read_text() == first
+
+
+def test_report_headline_sections_and_corrupt_result(toys, tmp_path, capsys):
+    assert cli.main(["run", "toy.train", "--quick", "--out", str(tmp_path)]) == 0
+    assert cli.main(["run", "toy.fail", "--out", str(tmp_path)]) == 1
+    assert cli.main(["run", "toy.raises", "--out", str(tmp_path)]) == 1
+    (tmp_path / "toy.broken").mkdir()
+    (tmp_path / "toy.broken" / "result.json").write_text("{")
     assert cli.main(["report", "--out", str(tmp_path)]) == 0
     lines = (tmp_path / "REPORT.md").read_text().splitlines()
-    assert "| arm | m | loss |" in lines
-    assert "| balanced | 6 | 0.0125 |" in lines and "| exact |  | nan |" in lines
+    assert "| study | claim | paper | ours | target | verdict |" in lines
+    head = lines[: lines.index("## toy.fail")]
+    assert "| `toy.train` | the loss falls | 1.5 | 0.9841 | < 2 | PASS |" in head  # only its claim-marked check
+    assert "| `toy.fail` | gap_small | — | 0.3 | < 0.1 | **FAIL** |" in head  # no claim marked: every check
+    assert "- toy.broken: unreadable result.json" in lines and "- toy.raises: raised, no result" in lines
+    assert "<details><summary>All metrics, config and provenance</summary>" in lines
+    assert "| blowup | non-finite |  |" in lines and "| final_loss | 0.9841 | 1.5 |" in lines
+    assert "![curve](toy.train/curve.png)" in lines
+    assert "| seed | final |" in lines  # table.csv
 
 
-def test_bench_prints_and_writes_json(toys, tmp_path, capsys):
-    assert cli.main(["bench", "toy.pass", "--out", str(tmp_path)]) == 0
-    ctx = toys["bench"]
-    assert ctx.quick is False and ctx.out_dir == tmp_path / "toy.pass" and ctx.out_dir.is_dir()
-    out = capsys.readouterr().out
-    assert "speedup" in out and "10" in out and "by_size.8" in out
-    payload = json.loads((tmp_path / "toy.pass" / "bench.json").read_text())
-    assert payload["study"] == "toy.pass"
-    assert payload["bench"] == {"vmap_s": 0.25, "loop_s": 2.5, "speedup": 10.0, "by_size": {"8": 1.5}}
-    assert {"git", "jax", "backend", "devices", "wall_s"} <= set(payload["provenance"])
+def test_bench_writes_bench_json(toys, tmp_path, capsys):
+    assert cli.main(["bench", "toy.train", "--out", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "toy.train" / "bench.json").read_text())
+    assert payload["bench"] == {"vmap_s": 0.25, "loop_s": 2.5, "by_size": {"8": 1.5}}
+    assert "by_size.8" in capsys.readouterr().out
+
+
+def test_tensorboard_event_files(toys, tmp_path):
+    pytest.importorskip("tensorboardX")
+    assert cli.main(["run", "toy.train", "--quick", "--tensorboard", "--out", str(tmp_path)]) == 0
+    runs = sorted(p.name for p in (tmp_path / "toy.train" / "tensorboard" / "toy").iterdir())
+    assert runs == ["seed_0", "seed_1"]
+    events = list((tmp_path / "toy.train" / "tensorboard" / "toy" / "seed_1").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
+

@@ -1,5 +1,7 @@
-"""Study pmd.reversal end to end: the result contract, the closed form, kill-and-resume, devices."""
+"""Study pmd.reversal: the result contract and the closed form, the summary on synthetic cells,
+config overrides and errors, the vmapped gamma sweep and its report, kill-and-resume, devices."""
 import csv
+import dataclasses
 import json
 import os
 import pathlib
@@ -13,8 +15,10 @@ import numpy as np
 import pytest
 
 from experiments import cli
+from experiments.studies.pmd import reversal as rev
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+SHORT = ["--set", "eta_steps=60"]  # eta = 0, 0.05, ..., 3: the published points, a tenth of the grid
 
 
 def _section14_numpy(eta, kappa, masked, c=1.0, gamma=0.8, nu=20.0):
@@ -53,10 +57,14 @@ def clean_run(tmp_path_factory):
 
 def test_result_contract_and_closed_form(clean_run):
     result = json.loads((clean_run / "result.json").read_text())
-    assert set(result) == {"study", "quick", "config", "metrics", "checks", "paper", "provenance"}
+    assert set(result) == {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
     assert result["metrics"]["negative_cells_unmasked"] == 840 and result["metrics"]["negative_cells_masked"] == 0
     assert all(c["passed"] for c in result["checks"])
+    assert 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 4
     assert (clean_run / "reversal.png").stat().st_size > 10_000
+    table = _read_cells(clean_run / "table.csv")
+    assert [float(r["threshold_formula"]) for r in table] == pytest.approx([0.8, 1.6, 2.4])
+    assert [float(r["first_negative_eta"]) for r in table] == pytest.approx([0.805, 1.605, 2.405])
     rows = _read_cells(clean_run / "cells.csv")
     assert len(rows) == 3606 and list(rows[0]) == ["eta", "kappa", "masked", "gain_ideal", "gain_implemented", "row_error"]
     worst = 0.0
@@ -66,6 +74,95 @@ def test_result_contract_and_closed_form(clean_run):
         got = (float(row["gain_ideal"]), float(row["gain_implemented"]), float(row["row_error"]))
         worst = max(worst, max(abs(g - e) for g, e in zip(got, expected)))
     assert worst <= 1e-9
+
+
+def _synthetic(cfg):
+    """The arrays ``compute`` returns, from the section-14 formulas in numpy (decoder = closed form)."""
+    grid = cfg.grid()
+    cells = np.array([_section14_numpy(e, k, m, cfg.c, cfg.gamma, cfg.nu)
+                      for e, k, m in zip(grid["eta"], grid["kappa"], grid["masked"])])
+    impl = dict(zip(("gain_ideal", "gain_implemented", "row_error"), cells.T))
+    return {"grid": grid, "impl": impl, "closed": {k: v.copy() for k, v in impl.items()}}
+
+
+def test_summarize_on_synthetic_cells():
+    cfg = dataclasses.replace(rev.QUICK, eta_steps=60)
+    arrays = _synthetic(cfg)
+    summary = rev.summarize(cfg, arrays)
+    by_name = {c.name: c for c in summary.checks}
+    # Past the threshold (1 - gamma) kappa / c = 0.8, 1.6, 2.4 (which counts as non-negative): 44 + 28 + 12 etas.
+    assert summary.metrics["negative_cells_unmasked"] == 84 and summary.metrics["threshold_cells"] == 6
+    assert summary.metrics["sign_law_violations_unmasked"] == 0
+    assert summary.metrics["first_negative_eta_kappa8"] == pytest.approx(1.65)
+    assert not by_name["negative_cells_unmasked"].passed  # the paper's 840 is on the 601-eta grid
+    assert by_name["kappa = 8 published points (3 decimals)"].passed
+    assert by_name["masked gain > 0 for every eta > 0"].passed
+    assert summary.tables["table"]["negative_cells"] == [44.0, 28.0, 12.0]
+
+    # One masked cell turned negative and one unmasked cell with the wrong sign: both are caught.
+    i_masked = int(np.flatnonzero(arrays["grid"]["masked"] & (arrays["grid"]["eta"] == 1.0))[0])
+    i_sign = int(np.flatnonzero(~arrays["grid"]["masked"] & (arrays["grid"]["eta"] == 0.5))[0])
+    bad = {**arrays, "impl": {k: v.copy() for k, v in arrays["impl"].items()}}
+    bad["impl"]["gain_implemented"][[i_masked, i_sign]] *= -1
+    worse = rev.summarize(cfg, bad)
+    worse_by_name = {c.name: c for c in worse.checks}
+    assert worse.metrics["negative_cells_masked"] == 1 and worse.metrics["sign_law_violations_unmasked"] == 1
+    assert not worse_by_name["negative_cells_masked"].passed
+    assert not worse_by_name["identity dV_impl = dV_PMD - c zeta / (2(1 - gamma))"].passed
+    assert not worse_by_name["decoder equals section-14 closed form"].passed
+
+    # Without kappa = 8 the published points cannot be compared: the check fails, it does not pass silently.
+    cfg4 = dataclasses.replace(cfg, kappas=(4.0,))
+    no8 = {c.name: c for c in rev.summarize(cfg4, _synthetic(cfg4)).checks}
+    assert not no8["kappa = 8 published points (3 decimals)"].passed
+
+
+def test_one_margin_writes_1202_cells(tmp_path):
+    """--set kappas=[4.0]: the full 601-eta grid at one margin, unmasked and masked."""
+    code = cli.main(["run", "pmd.reversal", "--quick", "--set", "kappas=[4.0]", "--out", str(tmp_path)])
+    assert code == 1  # the paper's counts are for three margins: those checks fail, the laws still hold
+    rows = _read_cells(tmp_path / "pmd.reversal" / "cells.csv")
+    assert len(rows) == 1202 and {r["kappa"] for r in rows} == {"4.0"}
+    result = json.loads((tmp_path / "pmd.reversal" / "result.json").read_text())
+    assert result["config"]["kappas"] == [4.0] and result["overrides"] == [{"field": "kappas", "value": [4.0]}]
+    failed = {c["name"] for c in result["checks"] if not c["passed"]}
+    assert failed == {"negative_cells_unmasked", "kappa = 8 published points (3 decimals)"}
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--set", "no_such_field=1"], ["no_such_field"]),
+    (["--set", "gamma=1.5"], ["gamma", "(0, 1)"]),
+    (["--seeds", "3"], ["pmd.reversal", "no seeds"]),
+])
+def test_bad_requests_exit_2_before_work(tmp_path, capsys, argv, names):
+    assert cli.main(["run", "pmd.reversal", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in names), err
+    assert not (tmp_path / "pmd.reversal").exists()
+
+
+def test_show_prints_the_config(capsys):
+    assert cli.main(["show", "pmd.reversal"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["gamma"] == 0.8 and shown["kappas"] == [4.0, 8.0, 12.0] and shown["eta_steps"] == 600
+
+
+def test_gamma_sweep_is_vmapped_equals_single_run_and_is_reported(tmp_path, capsys):
+    assert cli.main(["run", "pmd.reversal", *SHORT, "--sweep", "gamma=0.7,0.8,0.9", "--out", str(tmp_path / "sw")]) == 1
+    root = tmp_path / "sw" / "pmd.reversal" / "sweep"
+    results = {g: json.loads((root / f"gamma={g}" / "result.json").read_text()) for g in ("0.7", "0.8", "0.9")}
+    for g, result in results.items():
+        assert result["sweep"] == {"field": "gamma", "value": float(g), "vmapped": True} and result["config"]["gamma"] == float(g)
+    negative = [r["metrics"]["negative_cells_unmasked"] for r in results.values()]
+    assert negative[0] < negative[1] < negative[2]  # the threshold (1 - gamma) kappa / c falls as gamma grows
+    assert cli.main(["run", "pmd.reversal", *SHORT, "--out", str(tmp_path / "one")]) == 1  # 84, not 840
+    single = tmp_path / "one" / "pmd.reversal" / "cells.csv"
+    assert (root / "gamma=0.8" / "cells.csv").read_bytes() == single.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["report", "--out", str(tmp_path / "sw")]) == 0
+    report = (tmp_path / "sw" / "REPORT.md").read_text()
+    assert "### Sweep: pmd.reversal over `gamma`" in report
+    assert all(f"| {g} |" in report for g in ("0.7", "0.8", "0.9"))
 
 
 def test_kill_and_resume_is_byte_identical(clean_run, tmp_path):

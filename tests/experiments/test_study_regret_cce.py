@@ -1,13 +1,11 @@
-"""Tiny run of the regret.cce core, and its self-play and equilibrium pieces against independent computations."""
-import json
-
+"""Tiny run of regret.cce (compute, summarize, write), and its self-play and equilibrium pieces against independent computations."""
 import jax
 import numpy as np
 import pytest
 
 import regret_jax as rj
 from experiments.registry import RunContext
-from experiments.studies.regret_cce import CCEConfig, cce_study, equilibrium, self_play_seeds
+from experiments.studies.regret.cce import CCEConfig, compute, equilibrium, self_play_seeds, summarize, write
 
 
 def _numpy_attention_policy(head, past):
@@ -53,26 +51,47 @@ def test_self_play_seeds_matches_numpy_loop():
     assert not np.allclose(out.gap_cce[0], out.gap_cce[1])
 
 
-def test_cce_study_core_tiny(tmp_path):
+def test_cce_study_tiny(tmp_path):
     config = CCEConfig(
         attention=rj.TrainConfig(model="attention", d=3, T=8, batch_size=16, num_steps=20, learning_rate=2e-2),
         transformer=rj.TrainConfig(model="transformer", d=3, T=8, num_heads=2, d_model=8),
         depths=(), num_seeds=2, scan_sequences=1000,
     )
-    ctx = RunContext(study="regret.cce", quick=True, seeds=None, out_dir=tmp_path, resume=False)
-    out = cce_study(config, ctx)
-    m = out.metrics
+    arrays = compute(config, RunContext(study="regret.cce", quick=True, out_dir=tmp_path))
+    assert arrays["curves"]["1layer"]["loss"].shape == (2, 20) and arrays["gaps"]["1layer"].shape == (2, 8)
+    summary = summarize(config, arrays)
+    m = summary.metrics
     assert m["gap_cce_uniform"] == pytest.approx(1 / 3, abs=1e-6)
     assert m["dist_to_equilibrium_uniform"] == pytest.approx(0.4 / 3 * 2, abs=1e-6)  # |1/3-.4|*2 + |1/3-.2|
     assert 0 <= m["gap_cce_ftrl"] < 1 / 3 and np.isfinite(m["gap_cce_1layer"]) and m["gap_cce_1layer_std"] > 0
-    names = [c.name for c in out.checks]
+    names = [c.name for c in summary.checks]
     assert names == ["uniform_gap_is_one_third", "ftrl_far_below_uniform", "1layer_far_below_uniform"]
-    assert out.checks[0].passed
-    assert out.config["T"] == 8 and out.config["game"] == rj.WEIGHTED_RPS.tolist()
-    json.dumps(out.config)
+    assert summary.checks[0].passed
+    assert summary.tables["table"]["learner"] == ["uniform", "ftrl", "1layer"]
+    write(config, arrays, summary, tmp_path)
     for f in ("cce_gap.csv", "cce_gap.npz", "cce_gap.png"):
         assert (tmp_path / f).exists()
     assert np.load(tmp_path / "cce_gap.npz")["1layer"].shape == (2, 8)
+
+
+def test_cce_summarize_on_synthetic_gaps():
+    config = CCEConfig(attention=rj.TrainConfig(model="attention", d=3, T=4),
+                       transformer=rj.TrainConfig(model="transformer", d=3, T=4), depths=(2,), num_seeds=2)
+    x_star = np.array([0.4, 0.4, 0.2])
+    gaps = {"uniform": np.full(4, 1 / 3), "ftrl": np.array([0.3, 0.2, 0.1, 0.05]),
+            "1layer": np.array([[0.3, 0.2, 0.1, 0.1], [0.3, 0.2, 0.1, 0.3]]), "2layer": np.full((2, 4), 0.2)}
+    policy = {"uniform": np.full((4, 3), 1 / 3), "ftrl": np.tile(x_star, (4, 1)),
+              "1layer": np.tile(x_star, (2, 4, 1)), "2layer": np.tile([1.0, 0.0, 0.0], (2, 4, 1))}
+    arrays = {"gaps": gaps, "row_policy": policy, "root": {"eta_star": np.asarray(0.5), "se": np.asarray(0.01)},
+              "curves": {k: {"loss": np.ones((2, 5))} for k in ("1layer", "2layer")}}
+    summary = summarize(config, arrays)
+    m = summary.metrics
+    assert m["gap_cce_1layer"] == pytest.approx(0.2) and m["gap_cce_1layer_std"] == pytest.approx(np.std([0.1, 0.3], ddof=1))
+    assert m["gap_cce_ftrl_second_half_mean"] == pytest.approx(0.075)
+    assert m["dist_to_equilibrium_ftrl"] == pytest.approx(0.0, abs=1e-12) and m["dist_to_equilibrium_2layer"] == pytest.approx(1.2)
+    passed = {c.name: c.passed for c in summary.checks}
+    assert passed == {"uniform_gap_is_one_third": True, "ftrl_far_below_uniform": True,
+                      "1layer_far_below_uniform": False, "2layer_far_below_uniform": False}  # 0.6 of uniform
 
 
 @pytest.mark.parametrize("field, kwargs", [

@@ -1,13 +1,19 @@
-"""Tiny run of the regret.deep core, and its evaluation pieces against numpy loops."""
-import json
-
+"""Tiny run of regret.deep (compute, summarize, write), and its evaluation pieces against numpy loops."""
 import jax
 import numpy as np
 import pytest
 
 import regret_jax as rj
 from experiments.registry import RunContext
-from experiments.studies.regret_deep import DeepConfig, baseline_regret_curves, biased_sequences, deep_study, model_regret_curves
+from experiments.studies.regret.deep import (
+    DeepConfig,
+    baseline_regret_curves,
+    biased_sequences,
+    compute,
+    model_regret_curves,
+    summarize,
+    write,
+)
 
 
 def _numpy_cumulative_regret(policies, losses):
@@ -59,22 +65,43 @@ def test_regret_curves_match_numpy_loops_per_seed():
         np.testing.assert_allclose(base["ftrl"][n], _numpy_cumulative_regret(_numpy_ftrl(ln, 0.4), ln), rtol=1e-4, atol=1e-4)
 
 
-def test_deep_study_core_tiny(tmp_path):
+def test_deep_study_tiny(tmp_path):
     tc = rj.TrainConfig(model="transformer", d=3, T=6, batch_size=8, num_steps=20, learning_rate=3e-3, num_heads=2, d_model=8)
     config = DeepConfig(tc, depths=(1,), num_seeds=2, heldout_sequences=40, scan_sequences=1000, eval_batch=16)
-    ctx = RunContext(study="regret.deep", quick=True, seeds=None, out_dir=tmp_path, resume=False)
-    out = deep_study(config, ctx)
-    m = out.metrics
+    arrays = compute(config, RunContext(study="regret.deep", quick=True, out_dir=tmp_path))
+    assert arrays["curves"]["1layer"]["loss"].shape == (2, 20) and arrays["regret"]["1layer"].shape == (2, 40, 6)
+    summary = summarize(config, arrays)
+    m = summary.metrics
     for name in ("1layer", "uniform", "ftrl"):
         assert np.isfinite(m[f"regret_final_{name}"]) and m[f"regret_final_{name}_std"] > 0
-    assert [c.name for c in out.checks] == ["1layer_far_below_uniform"]
-    assert out.checks[0].value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"])
+    assert [c.name for c in summary.checks] == ["1layer_far_below_uniform"]
+    assert summary.checks[0].value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"])
     assert m["sq_regret_gauss_uniform"] == pytest.approx(m["sq_regret_gauss_uniform_exact"], rel=0.5)  # 40 sequences only
+    assert summary.tables["table"]["learner"] == ["ftrl", "uniform", "1layer"]  # jitted dicts come back sorted
+    write(config, arrays, summary, tmp_path)
     for f in ("regret_curves.csv", "regret_curves.npz", "regret_curves.png"):
         assert (tmp_path / f).exists()
     curves = np.load(tmp_path / "regret_curves.npz")
-    assert curves["1layer"].shape == (2, 40, 6) and curves["uniform"].shape == (40, 6)
-    json.dumps(out.config)  # the config is JSON-serialisable
+    assert curves["1layer"].shape == (2, 40, 6) and curves["uniform"].shape == (40, 6) and curves["mu"].shape == (40, 3)
+
+
+def test_deep_summarize_on_synthetic_curves():
+    tc = rj.TrainConfig(model="transformer", d=3, T=4)
+    config = DeepConfig(tc, depths=(2,), num_seeds=2, heldout_sequences=10, scan_sequences=1000)
+    t = np.arange(1, 5, dtype=float)
+    uniform = np.tile(2.0 * t, (10, 1))  # linear regret, Reg(T) = 8
+    learned = np.stack([np.tile(np.sqrt(t), (10, 1)), np.tile(3 * np.sqrt(t), (10, 1))])  # seeds: Reg(T) = 2 and 6
+    arrays = {"regret": {"uniform": uniform, "ftrl": uniform / 2, "2layer": learned}, "mu": np.zeros((10, 3)),
+              "final_sq_gauss": {"uniform": np.full(10, 4.0), "ftrl": np.full(10, 2.0), "2layer": np.full((2, 10), 1.0)},
+              "root": {"eta_star": np.asarray(0.5), "se": np.asarray(0.01)}, "curves": {"2layer": {"loss": np.ones((2, 7))}}}
+    summary = summarize(config, arrays)
+    m = summary.metrics
+    assert m["regret_final_2layer"] == pytest.approx(4.0) and m["regret_final_uniform"] == pytest.approx(8.0)
+    assert m["regret_final_2layer_seed_std"] == pytest.approx(np.std([2.0, 6.0], ddof=1))
+    assert m["normalized_regret_uniform"] == pytest.approx(2.0) and m["sq_regret_gauss_ftrl"] == 2.0
+    assert m["kappa_star"] == pytest.approx(1.0) and m["uniform_linear_reference"] == 0.0
+    check = summary.checks[0]
+    assert check.name == "2layer_far_below_uniform" and check.value == pytest.approx(0.5) and not check.passed  # 0.5 is not < 0.5
 
 
 @pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale")])

@@ -1,4 +1,5 @@
-"""The decoder's tests of seed 001, section 16, each against an independent computation."""
+"""The decoder's tests listed in section 16 of the PolicyAttention paper (arXiv 2609.30500), each against
+an independent computation."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -261,7 +262,7 @@ def test_actor_and_critic_cross_check_on_random_mdps():
     envelope = float(bound.routing_error_bound(S, eta, kappa, nu, cfg.q_bound))
     outputs = []
     for i in range(3):
-        mdp = jax.tree.map(lambda x: x[i], mdps)
+        mdp = jax.tree.map(lambda x, i=i: x[i], mdps)
         pi0 = np.asarray(uniform_policy(S, A, jnp.float64))
         Q = ref.policy_evaluation(np.asarray(mdp.P), np.asarray(mdp.R), gamma, pi0)
         pi_hat = np.asarray(decoder.actor_call(params, cfg, jnp.asarray(pi0), jnp.asarray(Q), eta))

@@ -104,8 +104,8 @@ def test_witness_replay_matches_closed_form_on_a_grid():
     etas = jnp.linspace(0.0, 3.0, 31)
     for kappa in (4.0, 12.0):
         for masked in (False, True):
-            a = jax.vmap(lambda e: decoder_cell(e, kappa, masked, 1.0, 0.8, 20.0))(etas)
-            b = jax.vmap(lambda e: closed_form_cell(e, kappa, masked, 1.0, 0.8, 20.0))(etas)
+            a = jax.vmap(lambda e, k=kappa, m=masked: decoder_cell(e, k, m, 1.0, 0.8, 20.0))(etas)
+            b = jax.vmap(lambda e, k=kappa, m=masked: closed_form_cell(e, k, m, 1.0, 0.8, 20.0))(etas)
             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
                 np.testing.assert_allclose(x, y, atol=1e-12)
 

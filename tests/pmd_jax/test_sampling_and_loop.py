@@ -1,4 +1,4 @@
-"""Sampling arms and the closed loop of the coverage study (seed 001, sections 8 and 15)."""
+"""Sampling arms and the closed loop of the coverage study (PolicyAttention, arXiv 2609.30500, sections 8 and 15)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

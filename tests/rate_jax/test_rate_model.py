@@ -28,7 +28,7 @@ def first(segs):
     return jax.tree.map(lambda x: x[0], segs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shared_params():
     """Parameters of TINY; every variant below has a subset of them (segment_len, mem_len and
     the switches do not change parameter shapes), so one initialisation serves all tests."""
@@ -126,7 +126,7 @@ def _numpy_unroll(params, cfg, segs, mask=None):
         cache = np.zeros((cfg.n_layer, cfg.mem_len, cfg.d_model))
         valid = np.zeros(cfg.mem_len, bool)
         for s in range(n):
-            get = lambda x: np.asarray(x[s, e], np.float64)
+            get = lambda x, s=s, e=e: np.asarray(x[s, e], np.float64)
             lg, write, inputs = ref.segment_forward(p, cfg, get(segs.obs), get(segs.actions), get(segs.rtg),
                                                     get(segs.action_known), memory, cache, valid, mask)
             logits[s, e] = lg
@@ -239,7 +239,6 @@ def test_model_config_rejects_bad_values(field, value):
 
 def test_carry_shapes():
     model = RATE(TINY)
-    segs = random_segments(jax.random.key(9), TINY, 1, 2)
     params = shared_params()
     carry = model.apply(params, 2, method=RATE.initial_carry)
     assert isinstance(carry, Carry)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import rate_reference as ref
-from rate_jax import RATE, ModelConfig, Segment, TrainConfig, make_evaluate, make_train, make_update, tmaze
+from rate_jax import (RATE, ModelConfig, Segment, TrainConfig, init_chunked, make_chunk, make_evaluate, make_train,
+                      make_update, tmaze)
 
 SMALL = ModelConfig(segment_len=3, num_mem_tokens=2, n_layer=1, d_model=16, n_head=2, d_head=8, n_head_ca=1)
 CONFIG = TrainConfig(model=SMALL, num_segments=2, num_train=128, num_val=64, batch_size=16, num_steps=120,
@@ -52,6 +53,25 @@ def test_training_fits_the_data_per_seed(trained):
     assert not np.allclose(loss[0], loss[1])  # seeds differ
     assert (loss[:, -10:].mean(1) < 0.25 * loss[:, :10].mean(1)).all()
     assert (np.asarray(metrics.val_accuracy) > 0.8).all()
+    grad_norm = np.asarray(metrics.grad_norm)
+    assert grad_norm.shape == loss.shape and np.isfinite(grad_norm).all() and (grad_norm > 0).all()
+
+
+def test_chunked_run_records_every_step_at_fixed_shape():
+    config = dataclasses.replace(CONFIG, num_steps=4)
+    run = init_chunked(config, jax.random.split(jax.random.PRNGKey(3), 2))
+    assert {k: v.shape for k, v in run.curves.items()} == {"loss": (2, 4), "grad_norm": (2, 4)}
+    chunk = jax.jit(make_chunk(config, 2))
+    first = chunk(run, 0)
+    _, direct = jax.jit(jax.vmap(make_update(config, 2)))(run.train)  # chunk 0 is two plain updates
+    for k in ("loss", "grad_norm"):
+        np.testing.assert_array_equal(np.asarray(first.curves[k][:, :2]), np.asarray(direct[k]))
+        assert (np.asarray(first.curves[k][:, 2:]) == 0).all()
+    done = chunk(first, 1)
+    assert (np.asarray(done.curves["loss"]) > 0).all() and (np.asarray(done.train.step) == 4).all()
+    np.testing.assert_array_equal(np.asarray(done.curves["loss"][:, :2]), np.asarray(first.curves["loss"][:, :2]))
+    with pytest.raises(ValueError, match="num_chunks"):
+        make_chunk(config, 3)
 
 
 def _reference_rollout(params, cfg, lengths, goals, max_steps):

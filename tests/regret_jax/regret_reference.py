@@ -62,7 +62,7 @@ def stationary(Q):
 
 
 def blum_mansour(losses, eta, calibration=1.0):
-    """Blum-Mansour with d Hedge copies; copy j sees c * x_t[j] * l_t (spec 10.1)."""
+    """Blum-Mansour with d Hedge copies; copy j sees c * x_t[j] * l_t (docs/regret.md §10.1)."""
     T, d = losses.shape
     cums = np.zeros((d, d))
     xs, qs = np.zeros((T, d)), np.zeros((T, d, d))
@@ -82,10 +82,10 @@ def game_gaps(sigma, U1, U2):
     for player in range(2):
         k = m if player == 0 else n
 
-        def util(own, other):
+        def util(own, other, player=player):
             return U1[own, other] if player == 0 else U2[other, own]
 
-        def prob(own, other):
+        def prob(own, other, player=player):
             return sigma[own, other] if player == 0 else sigma[other, own]
 
         k_other = n if player == 0 else m

@@ -1,4 +1,4 @@
-"""Theorem 1 numerics: Eqs. (23)-(24), exact small-eta values, block gradients (spec 5.3), Phi' = d F'."""
+"""Theorem 1 numerics: Eqs. (23)-(24), exact small-eta values, block gradients (docs/regret.md §5.3), Phi' = d F'."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,3 +104,27 @@ def test_find_root_on_known_line():
     assert np.isnan(float(r3.eta)) and int(r3.sign_changes) == 0
     with pytest.raises(ValueError):
         rj.find_root(jnp.arange(3.0), jnp.arange(3.0), jnp.ones(3))
+
+
+def test_scan_pieces():
+    etas = rj.scan_etas(25)
+    assert etas.dtype == np.float32 and etas[0] == 0.0 and np.allclose(etas[1:], rj.SCAN_KAPPAS / 5)
+    keys = rj.scan_keys(3, 25, 4)
+    assert keys.shape == (4, 2) and keys.dtype == np.uint32
+    np.testing.assert_array_equal(keys, rj.scan_keys(3, 25, 6)[:4])  # a key does not depend on N
+    assert not np.array_equal(keys, rj.scan_keys(3, 50, 4)) and not np.array_equal(keys, rj.scan_keys(3, 25, 4, seed=1))
+    R, dR = jax.vmap(rj.ray_sample(3, 25, etas))(keys)
+    losses = jax.random.normal(jax.random.wrap_key_data(keys[2]), (25, 3))
+    np.testing.assert_array_equal(R[2], rj.ray_regret(losses, jnp.asarray(etas))[0])
+
+
+def test_scan_moments_root_of_a_known_line():
+    etas = np.concatenate([[0.0], np.linspace(0.1, 1.0, 10)]).astype(np.float32)
+    noise = np.random.default_rng(0).normal(size=(500, 11)) * 1e-3
+    R, dR = np.ones((500, 11)), (etas - 0.43) / 2 + noise  # F' = 2 E[R R'] = etas - 0.43
+    out = rj.scan_moments(R, dR, etas)
+    assert out["eta_star"] == pytest.approx(0.43, abs=1e-3) and out["sign_changes"] == 1
+    assert out["se"] == pytest.approx(2e-3 / np.sqrt(500), rel=0.2)  # se(F') / |slope 1|
+    np.testing.assert_allclose(out["F"], 1.0)
+    np.testing.assert_allclose(out["F_se"], 0.0)
+    assert out["dF"].shape == out["mean_R_se"].shape == (11,)

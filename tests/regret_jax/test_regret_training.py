@@ -57,7 +57,7 @@ def test_attention_training_beats_uniform_and_moves_toward_ftrl():
     model = rj.build_model(config)
     uniform = rj.exact_F0(config.d, config.T)
     for s in range(2):
-        trained = _heldout_loss(model, jax.tree.map(lambda x: x[s], out.variables), heldout)
+        trained = _heldout_loss(model, jax.tree.map(lambda x, s=s: x[s], out.variables), heldout)
         assert trained < 0.93 * uniform, (trained, uniform)
     assert not np.allclose(out.variables["params"]["head"]["V"][0], out.variables["params"]["head"]["V"][1])
 

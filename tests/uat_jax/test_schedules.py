@@ -47,6 +47,6 @@ def test_cyclic_visits_four_distinct_waypoints():
 def test_runs_differ_and_switch_matches_direct_functions():
     key = jax.random.split(jax.random.key(0), RUNS)[0]
     for name, fn in zip(schedules.SCHEDULES, (schedules.gradual, schedules.abrupt, schedules.cyclic)):
-        direct = np.asarray(jax.jit(jax.vmap(lambda e: fn(key, e, 10)))(EPISODES))
+        direct = np.asarray(jax.jit(jax.vmap(lambda e, fn=fn: fn(key, e, 10)))(EPISODES))
         np.testing.assert_array_equal(all_goals(name)[0], direct)
         assert not np.array_equal(all_goals(name)[0], all_goals(name)[1])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.uat_jax.conftest import tiny
-from tests.uat_jax.test_model import episode, model_and_params, random_params
+from tests.uat_jax.test_model import episode, model_and_params
 from uat_jax import theory
 from uat_jax.config import ModelConfig, ablation
 from uat_jax.model import DecisionTransformer, init_cache, sequence_logits

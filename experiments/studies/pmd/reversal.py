@@ -1,0 +1,262 @@
+"""Study ``pmd.reversal``: the 1,803-cell reversal grid.
+
+Paper: "PolicyAttention: Softmax Attention Implements Policy Mirror Descent for
+Closed-Loop Control" (arXiv 2609.30500), sections 3, 7 and 14, Figure 4, and the exact
+checks of section 16.
+
+Every cell (eta, kappa, masked) runs the two-state family through the frozen decoder's
+own forward map in float64, as one vectorised program swept by the harness (chunked,
+sharded, checkpointed). The section-14 closed form is computed independently beside it.
+The grid is the paper's in both modes (it takes seconds), so ``--quick`` changes nothing.
+
+``c``, ``gamma`` and ``nu`` are array leaves of the program (:data:`TRACED`): ``--sweep
+gamma=0.7,0.8,0.9`` runs every value's grid in one vmapped program whose sweep axis is
+(value, masked, kappa).
+
+Checks, and how each could fail:
+
+* ``negative_cells_unmasked`` == 840 and ``negative_cells_masked`` == 0 (the paper's
+  counts): a decoder whose unmasked rows leak more or less mass to the other state, or
+  whose mask leaks at all, changes the counts; other c, gamma or kappas move them.
+* ``decoder equals section-14 closed form`` (<= 1e-9): the decoder's forward map and the
+  hand-derived softmax of section 14 are separate code; a wrong token, weight or mask
+  in either breaks it.
+* ``identity`` (<= 1e-13): dV_impl = dV_PMD - c zeta / (2(1 - gamma)) holds only if the
+  decoder's policy error enters the value as section 14 derives; a wrong Q, gamma or
+  policy evaluation breaks it.
+* ``sign law`` (0 violations): the reversal happens exactly past eta = (1 - gamma) kappa / c;
+  a decoder reversing elsewhere violates it.
+* ``masked gain > 0``: the state-local mask must remove the reversal altogether.
+* ``kappa = 8 published points`` (3 decimals): the paper's printed gains, ideal gains and
+  row errors at eta = 0.8, 1.6, 2.4; a grid without kappa = 8 or those etas cannot be
+  compared and fails (non-finite value).
+
+The checks against the paper's counts are statements about the paper's configuration
+(c = 1, gamma = 0.8, nu = 20, the 601-eta grid, kappas 4, 8, 12): a run or sweep at any
+other configuration is expected to fail them, while the identity, sign law, closed form
+and masked-gain checks must hold everywhere. Derivations the code relies on that the
+paper does not spell out: ``docs/pmd.md``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import checks, io, sweep
+from experiments.registry import RunContext, Study, Summary, register
+from pmd_jax.reversal import closed_form_cell, decoder_cell, reversal_threshold
+
+PAPER = {
+    "negative_cells_unmasked": 840,
+    "negative_cells_masked": 0,
+    "gain_implemented_kappa8_eta0.8": 0.916,
+    "gain_ideal_kappa8_eta0.8": 0.950,
+    "row_error_kappa8_eta0.8": 0.014,
+    "gain_implemented_kappa8_eta1.6": 0.000,
+    "gain_ideal_kappa8_eta1.6": 1.660,
+    "row_error_kappa8_eta1.6": 0.664,
+    "gain_implemented_kappa8_eta2.4": -2.009,
+    "gain_ideal_kappa8_eta2.4": 2.084,
+    "row_error_kappa8_eta2.4": 1.637,
+    "max_identity_deviation": 1e-14,
+    "threshold_eta_kappa4": 0.8,
+    "threshold_eta_kappa8": 1.6,
+    "threshold_eta_kappa12": 2.4,
+}
+PUBLISHED_POINTS = (0.8, 1.6, 2.4)  # at kappa = 8; printed to 3 decimals in the paper
+TRACED = ("c", "gamma", "nu")  # array leaves of the grid program: a sweep over one is one vmapped program
+
+
+@dataclasses.dataclass(frozen=True)
+class ReversalConfig:
+    """The grid of section 7: eta = 0, step, ..., eta_max, for each kappa, unmasked and masked."""
+
+    c: float = 1.0
+    gamma: float = 0.8
+    nu: float = 20.0
+    kappas: tuple[float, ...] = (4.0, 8.0, 12.0)
+    eta_steps: int = 600  # eta_max / eta_step
+    eta_max: float = 3.0
+    chunk_size: int = 1  # grid rows (kappa, masked) per device per step
+    threshold_tol: float = 1e-9  # |eta c - (1 - gamma) kappa| below this: a threshold cell
+
+    def __post_init__(self):
+        if not 0.0 < self.gamma < 1.0:
+            raise ValueError(f"gamma must lie in (0, 1), got {self.gamma}")
+        if self.c <= 0:
+            raise ValueError(f"c must be > 0, got {self.c}")
+        if self.nu <= 0:
+            raise ValueError(f"nu must be > 0, got {self.nu}")
+        if not self.kappas or min(self.kappas) <= 0 or len(set(self.kappas)) != len(self.kappas):
+            raise ValueError(f"kappas must be non-empty, distinct and > 0, got {self.kappas}")
+        if self.eta_steps < 1:
+            raise ValueError(f"eta_steps must be >= 1, got {self.eta_steps}")
+        if self.eta_max <= 0:
+            raise ValueError(f"eta_max must be > 0, got {self.eta_max}")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if self.threshold_tol < 0:
+            raise ValueError(f"threshold_tol must be >= 0, got {self.threshold_tol}")
+
+    @property
+    def etas(self) -> np.ndarray:
+        # Exact grid values i * eta_max / eta_steps (no accumulated rounding).
+        return np.arange(self.eta_steps + 1) * self.eta_max / self.eta_steps
+
+    def rows(self) -> dict[str, np.ndarray]:
+        """The sweep axis: one row per (masked, kappa), masked False first, with c, gamma, nu."""
+        masked, kappa = np.meshgrid([False, True], np.asarray(self.kappas), indexing="ij")
+        return {"kappa": kappa.ravel(), "masked": masked.ravel(),
+                **{k: np.full(masked.size, float(getattr(self, k))) for k in TRACED}}
+
+    def grid(self) -> dict[str, np.ndarray]:
+        """Cells in ``cells.csv`` order: masked (False first), then kappa, then eta."""
+        rows = self.rows()
+        n_eta = len(self.etas)
+        return {"eta": np.tile(self.etas, len(rows["kappa"])),
+                **{k: np.repeat(rows[k], n_eta) for k in ("kappa", "masked")}}
+
+
+QUICK = FULL = ReversalConfig()
+
+
+def cell_fn(cell: dict):
+    """One grid cell through the decoder; ``cell`` holds eta, kappa, masked, c, gamma, nu."""
+    return decoder_cell(cell["eta"], cell["kappa"], cell["masked"], cell["c"], cell["gamma"], cell["nu"])
+
+
+def row_fn(etas: np.ndarray):
+    """A grid row: every eta at one (kappa, masked, c, gamma, nu), so the weights are built once per row."""
+    etas = jnp.asarray(etas)
+    return lambda row: jax.vmap(lambda eta: cell_fn({"eta": eta, **row}))(etas)
+
+
+def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunContext, name: str, **fp) -> dict:
+    """Decoder and closed-form cells of ``rows`` (any number of grid rows), flat [rows * etas]."""
+    eta = np.tile(cfg.etas, len(rows["kappa"]))
+    cells = {k: np.repeat(v, len(cfg.etas)) for k, v in rows.items()}
+    with jax.enable_x64(True):
+        result = sweep.sweep_map(row_fn(cfg.etas), rows, chunk_size=cfg.chunk_size,
+                                 checkpoint=ctx.checkpoint(name, **fp), desc=f"{ctx.study} cells")
+        ctx.record_compile(result.compile_s)
+        closed = jax.jit(jax.vmap(lambda e, x: closed_form_cell(e, x["kappa"], x["masked"], x["c"], x["gamma"], x["nu"])))(
+            eta, cells)
+        closed = {k: np.asarray(v) for k, v in dataclasses.asdict(closed).items()}
+    impl = {k: np.asarray(v).reshape(-1) for k, v in dataclasses.asdict(result.outputs).items()}
+    return {"impl": impl, "closed": closed}
+
+
+def compute(cfg: ReversalConfig, ctx: RunContext) -> dict:
+    """``{"grid", "impl", "closed"}``: the cells, the decoder's gains and the closed form's, each [cells]."""
+    return {"grid": cfg.grid(), **_grid_program(cfg, cfg.rows(), ctx, "ckpt")}
+
+
+def compute_sweep(cfg: ReversalConfig, field: str, values: list, ctx: RunContext) -> list[dict]:
+    """:func:`compute` at ``field`` (one of TRACED) = each value, as one vmapped program."""
+    per_value = [{**cfg.rows(), field: np.full(2 * len(cfg.kappas), float(v))} for v in values]
+    rows = {k: np.concatenate([r[k] for r in per_value]) for k in per_value[0]}
+    out = _grid_program(cfg, rows, ctx, f"ckpt_{field}", field=field, values=[float(v) for v in values])
+    n = len(cfg.grid()["eta"])
+    part = lambda d, i: {k: v[i * n:(i + 1) * n] for k, v in d.items()}  # noqa: E731
+    return [{"grid": cfg.grid(), "impl": part(out["impl"], i), "closed": part(out["closed"], i)}
+            for i in range(len(values))]
+
+
+def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
+    """Metrics, checks and the threshold table from the decoder's cells and the closed form's (numpy)."""
+    grid, impl, closed = arrays["grid"], arrays["impl"], arrays["closed"]
+    eta, kappa, masked = grid["eta"], grid["kappa"], grid["masked"]
+    on_threshold = np.abs(eta * cfg.c - (1 - cfg.gamma) * kappa) <= cfg.threshold_tol
+    negative = (impl["gain_implemented"] < 0) & ~on_threshold
+    identity = impl["gain_implemented"] - (impl["gain_ideal"] - cfg.c * impl["row_error"] / (2 * (1 - cfg.gamma)))
+    closed_dev = max(float(np.max(np.abs(impl[k] - closed[k]))) for k in impl)
+    sign_law = np.sign((1 - cfg.gamma) * kappa - eta * cfg.c)
+    unmasked_off = ~masked & ~on_threshold & (eta > 0)  # at eta = 0 the gain is 0 analytically
+    sign_violations = int(np.sum(np.sign(impl["gain_implemented"][unmasked_off]) != sign_law[unmasked_off]))
+    metrics = {
+        "cells": float(len(eta)),
+        "negative_cells_unmasked": float(np.sum(negative & ~masked)),
+        "negative_cells_masked": float(np.sum(negative & masked)),
+        "threshold_cells": float(np.sum(on_threshold)),
+        "max_identity_deviation": float(np.max(np.abs(identity))),
+        "max_closed_form_deviation": closed_dev,
+        "sign_law_violations_unmasked": float(sign_violations),
+        "min_masked_gain_eta_positive": float(np.min(impl["gain_implemented"][masked & (eta > 0)])),
+    }
+    for k in cfg.kappas:
+        metrics[f"threshold_eta_kappa{k:g}"] = float(reversal_threshold(k, cfg.c, cfg.gamma))
+        neg_k = negative & ~masked & (kappa == k)
+        metrics[f"first_negative_eta_kappa{k:g}"] = float(eta[neg_k].min()) if neg_k.any() else float("nan")
+    published = [e for e in PUBLISHED_POINTS if 8.0 in cfg.kappas and np.isclose(eta, e, rtol=0, atol=1e-12).any()]
+    for e in published:
+        i = int(np.flatnonzero(~masked & (kappa == 8.0) & np.isclose(eta, e, rtol=0, atol=1e-12))[0])
+        for name in ("gain_implemented", "gain_ideal", "row_error"):
+            metrics[f"{name}_kappa8_eta{e:g}"] = float(impl[name][i])
+    printed = [k for k in PAPER if "_kappa8_eta" in k]  # all nine printed numbers, or no comparison
+    published_dev = (max(abs(metrics[k] - PAPER[k]) for k in printed) if all(k in metrics for k in printed)
+                     else float("nan"))
+    found = [
+        checks.equals("negative_cells_unmasked", metrics["negative_cells_unmasked"], PAPER["negative_cells_unmasked"],
+                      paper=PAPER["negative_cells_unmasked"],
+                      claim="without a mask, 840 of the 1,803 grid cells have a negative value gain"),
+        checks.equals("negative_cells_masked", metrics["negative_cells_masked"], PAPER["negative_cells_masked"],
+                      paper=PAPER["negative_cells_masked"],
+                      claim="with the state-local mask, no cell has a negative value gain"),
+        checks.at_most("decoder equals section-14 closed form", closed_dev, 1e-9),
+        checks.at_most("identity dV_impl = dV_PMD - c zeta / (2(1 - gamma))", metrics["max_identity_deviation"], 1e-13,
+                       paper=PAPER["max_identity_deviation"],
+                       claim="the actor's row error predicts the value lost exactly, to machine precision"),
+        checks.equals("sign law sgn dV = sgn[(1 - gamma) kappa - eta c], unmasked, eta > 0", float(sign_violations), 0),
+        checks.above("masked gain > 0 for every eta > 0", metrics["min_masked_gain_eta_positive"], 0.0),
+        checks.at_most("kappa = 8 published points (3 decimals)", published_dev, 5e-4,
+                       claim="at kappa = 8 and eta = 0.8, 1.6, 2.4 the implemented gains are +0.916, 0.000, -2.009 "
+                             "(ideal 0.950, 1.660, 2.084), row errors as printed"),
+    ]
+    paper_family = (cfg.c, cfg.gamma) == (1.0, 0.8)  # the paper's thresholds are (1 - 0.8) kappa / 1
+    table = {
+        "kappa": list(cfg.kappas),
+        "first_negative_eta": [metrics[f"first_negative_eta_kappa{k:g}"] for k in cfg.kappas],
+        "threshold_formula": [metrics[f"threshold_eta_kappa{k:g}"] for k in cfg.kappas],
+        "threshold_paper": [PAPER.get(f"threshold_eta_kappa{k:g}", float("nan")) if paper_family else float("nan")
+                            for k in cfg.kappas],
+        "negative_cells": [float(np.sum(negative & ~masked & (kappa == k))) for k in cfg.kappas],
+    }
+    return Summary(metrics=metrics, checks=found, tables={"table": table})
+
+
+def write(cfg: ReversalConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``cells.csv`` (every cell) and ``reversal.png`` (Figure 4's three-margin panel)."""
+    grid, impl = arrays["grid"], arrays["impl"]
+    io.write_csv(out_dir / "cells.csv", {**grid, **impl})
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(cfg.kappas), figsize=(4.2 * len(cfg.kappas), 3.4), sharey=True, squeeze=False)
+    for ax, k in zip(axes[0], cfg.kappas):
+        sel = lambda m, k=k: (grid["kappa"] == k) & (grid["masked"] == m)
+        ax.plot(grid["eta"][sel(False)], impl["gain_ideal"][sel(False)], color="0.3", lw=2, label="ideal PMD")
+        ax.plot(grid["eta"][sel(False)], impl["gain_implemented"][sel(False)], color="tab:red", label="decoder, no mask")
+        ax.plot(grid["eta"][sel(True)], impl["gain_implemented"][sel(True)], color="tab:blue", ls="--",
+                label="decoder, state-local mask")
+        ax.plot([reversal_threshold(k, cfg.c, cfg.gamma)], [0.0], "ko", ms=5, label="threshold (1 - gamma) kappa / c")
+        if k == 8.0 and (cfg.c, cfg.gamma, cfg.nu) == (1.0, 0.8, 20.0):
+            ax.plot(PUBLISHED_POINTS, [PAPER[f"gain_implemented_kappa8_eta{e:g}"] for e in PUBLISHED_POINTS],
+                    "x", color="k", ms=8, label="paper")
+        ax.axhline(0, color="0.7", lw=0.8)
+        ax.set_title(f"margin kappa = {k:g}")
+        ax.set_xlabel("step size eta")
+    axes[0, 0].set_ylabel("value gain at s-")
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Reversal (c = {cfg.c:g}, gamma = {cfg.gamma:g}, nu = {cfg.nu:g}): decoder forward map, float64")
+    fig.tight_layout()
+    io.save_figure(fig, out_dir / "reversal.png")
+
+
+STUDY = register(Study(
+    name="pmd.reversal",
+    summary="PolicyAttention reversal grid: 1,803 cells x (unmasked, masked) through the exact decoder",
+    config_type=ReversalConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    paper=PAPER, seeds_field=None, traced=TRACED, compute_sweep=compute_sweep,
+))

@@ -1,0 +1,224 @@
+"""Study ``regret.deep`` (section 3.3, Figure 2 right; docs/regret.md §8) of "Training with (Swap) Regret Loss in a
+Single-Layer Self-Attention Model: A Case Study on the Probability Simplex": deeper causal softmax Transformers on
+the regret loss.
+
+2- and 4-layer causal softmax Transformers with 4 heads per layer
+(:class:`regret_jax.CausalTransformer`, architecture of docs/regret.md §8.2, engineer's
+choice) are trained on the same objective as the single-layer model, squared external
+regret Eq. (6) on N(0, I_d) sequences, seeds ``jax.vmap``-ed in one program. No FTRL fit.
+Evaluation is on held-out *biased*-Gaussian sequences l_t ~ N(mu, I_d), one mean per
+sequence, mu ~ N(0, bias_scale^2 I_d) (our choice of the unknown law of mu,
+docs/regret.md §8.2): the sequence-specific mean makes a best action that must be learned
+from history. Cumulative regret Reg(t) (docs/regret.md §8.1) is compared with uniform play
+(linear growth, docs/regret.md §8.3) and with entropic FTRL at the Theorem-1 root eta* of
+the same (d, T).
+
+No number of the paper survived (docs/regret.md §12), so ``PAPER`` is empty. Checks, and
+how each could fail:
+
+* ``<L>layer_far_below_uniform`` for every depth L (Reg_L(T) / Reg_uniform(T) < 0.5, means
+  over seeds and held-out sequences): the trained Transformer must find the
+  sequence's best action from its history; a model that learned near-uniform play (the
+  minimiser of nothing but noise) or diverged keeps a linear regret like uniform play.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import regret_jax as rj
+from experiments import checks, io, seeds, sweep
+from experiments.registry import RunContext, Study, Summary, register
+
+PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
+
+FAR_BELOW = 0.5  # "far below uniform": final regret at most half of uniform play's
+BASELINES = ("uniform", "ftrl")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepConfig:
+    """The Transformer training run (``num_layers`` is replaced by each depth) and the evaluation."""
+
+    train: rj.TrainConfig
+    depths: tuple[int, ...] = (2, 4)
+    num_seeds: int = 3
+    heldout_sequences: int = 2000
+    bias_scale: float = 1.0  # mu ~ N(0, bias_scale^2 I_d) per held-out sequence
+    scan_sequences: int = 8000
+    eval_batch: int = 500  # held-out sequences per evaluation batch (memory only)
+
+    def __post_init__(self):
+        if self.train.model != "transformer":
+            raise ValueError(f"train.model must be 'transformer', got {self.train.model!r}")
+        if not self.depths or min(self.depths) < 1 or len(set(self.depths)) != len(self.depths):
+            raise ValueError(f"depths must be non-empty and distinct with every depth >= 1, got {self.depths}")
+        if self.num_seeds < 2:
+            raise ValueError(f"num_seeds must be >= 2 (a std over seeds is reported), got {self.num_seeds}")
+        if self.heldout_sequences < 10 or self.eval_batch < 1:
+            raise ValueError(f"heldout_sequences must be >= 10 and eval_batch >= 1, got {self.heldout_sequences}, {self.eval_batch}")
+        if not self.bias_scale > 0:
+            raise ValueError(f"bias_scale must be > 0, got {self.bias_scale}")
+        if self.scan_sequences < 1000:
+            raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
+
+    def depth_config(self, depth: int) -> rj.TrainConfig:
+        return dataclasses.replace(self.train, num_layers=depth)
+
+
+QUICK = DeepConfig(rj.TrainConfig(model="transformer", d=3, T=25, batch_size=32, num_steps=1500, learning_rate=3e-3, d_model=16),
+                   num_seeds=2, heldout_sequences=1000)
+# Paper size (section 3.3 / Figure 2 right; the paper's d, T and model sizes are lost, these are ours):
+# d = 5 actions, T = 100 rounds, d_model 64, 3 seeds.  Sized for an accelerator.
+FULL = DeepConfig(rj.TrainConfig(model="transformer", d=5, T=100, batch_size=128, num_steps=8000, learning_rate=1e-3, d_model=64),
+                  heldout_sequences=4000, scan_sequences=40_000)
+
+
+def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
+    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
+    etas = rj.scan_etas(T)
+    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
+                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
+                          desc=f"{ctx.study} scan d={d} T={T}")
+    ctx.record_compile(res.compile_s)
+    return rj.scan_moments(*res.outputs, etas)
+
+
+def loss_guard(label: str) -> sweep.LossGuard:
+    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
+    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
+
+
+def biased_sequences(key: jax.Array, num: int, T: int, d: int, bias_scale: float) -> tuple[jax.Array, jax.Array]:
+    """Biased-Gaussian held-out sequences l_t ~ N(mu, I_d), mu ~ N(0, bias_scale^2 I_d) per sequence (docs/regret.md §8.1).
+
+    Returns (losses [num, T, d], mu [num, d]).
+    """
+    mean_key, loss_key = jax.random.split(key)
+    mu = bias_scale * jax.random.normal(mean_key, (num, d))
+    return rj.sample_losses(loss_key, num, T, d, mean=mu), mu
+
+
+def model_regret_curves(model, variables, losses: jax.Array, batch: int) -> jax.Array:
+    """Reg(t) of every seed's model on every sequence: variables [S, ...], losses [N, T, d] -> [S, N, T].
+
+    Seeds are vmapped; sequences go through ``lax.map`` in batches of ``batch`` (memory).
+    """
+    def one(l):
+        return jax.vmap(lambda v: rj.cumulative_regret(model.apply(v, l), l))(variables)
+
+    return jnp.moveaxis(jax.lax.map(one, losses, batch_size=batch), 0, 1)
+
+
+def baseline_regret_curves(losses: jax.Array, eta) -> dict[str, jax.Array]:
+    """Reg(t) [N, T] of uniform play and of entropic FTRL softmax(-eta L_{t-1}) (docs/regret.md §2.3, 8.3)."""
+    uniform = jnp.full_like(losses, 1.0 / losses.shape[-1])
+    ftrl = jax.vmap(rj.ftrl_policies, in_axes=(0, None))(losses, eta)
+    return {"uniform": jax.vmap(rj.cumulative_regret)(uniform, losses),
+            "ftrl": jax.vmap(rj.cumulative_regret)(ftrl, losses)}
+
+
+def compute(config: DeepConfig, ctx: RunContext) -> dict:
+    """Train every depth and evaluate every learner on the same held-out sequences.
+
+    ``{"regret": {learner: Reg(t) [N, T] (baselines) or [S, N, T] (depths)}, "mu": [N, d],
+    "final_sq_gauss": {learner: Reg(T)^2 on zero-mean sequences, [N] or [S, N]}, "root": {eta_star, se},
+    "curves": {"<L>layer": {"loss": [S, steps]}}}``.
+    """
+    tc = config.train
+    d, T = tc.d, tc.T
+    root = eta_star(ctx, d, T, config.scan_sequences)
+    eta = float(root["eta_star"])
+    biased, mu = biased_sequences(jax.random.key(123), config.heldout_sequences, T, d, config.bias_scale)
+    gauss = jax.random.normal(jax.random.key(321), (config.heldout_sequences, T, d))
+    baselines = jax.jit(baseline_regret_curves)
+    regret = {k: np.asarray(v) for k, v in baselines(biased, eta).items()}
+    final_sq = {k: np.asarray(v)[:, -1] ** 2 for k, v in baselines(gauss, eta).items()}
+    curves = {}
+    for depth in config.depths:
+        name = f"{depth}layer"
+        dc = config.depth_config(depth)
+        res = seeds.train_over_seeds(ctx, f"train_{name}", rj.make_train(dc), config.num_seeds,
+                                     guard=loss_guard(f"{ctx.study} {name}"))
+        model = rj.build_model(dc)
+        evaluate = jax.jit(lambda v, l, model=model: model_regret_curves(model, v, l, config.eval_batch))
+        regret[name] = np.asarray(evaluate(res.outputs.variables, biased))  # [S, N, T]
+        final_sq[name] = np.asarray(evaluate(res.outputs.variables, gauss))[..., -1] ** 2
+        curves[name] = {"loss": np.asarray(res.outputs.loss_curve)}
+    return {"regret": regret, "mu": np.asarray(mu), "final_sq_gauss": final_sq,
+            "root": {"eta_star": root["eta_star"], "se": root["se"]}, "curves": curves}
+
+
+def summarize(config: DeepConfig, arrays: dict) -> Summary:
+    """Final regret of every learner (mean, std, per-seed std, normalised by T), E[Reg(T)^2] on zero-mean sequences."""
+    tc = config.train
+    d, T = tc.d, tc.T
+    regret, mu = arrays["regret"], np.asarray(arrays["mu"])
+    eta_s = float(arrays["root"]["eta_star"])
+    metrics = {}
+    for depth in config.depths:
+        name = f"{depth}layer"
+        per_seed = np.asarray(regret[name])[..., -1].mean(axis=1)
+        metrics[f"regret_final_{name}_seed_std"] = float(per_seed.std(ddof=1))
+        metrics[f"final_train_loss_{name}"] = float(np.mean(np.asarray(arrays["curves"][name]["loss"])[:, -50:]))
+    for name, c in regret.items():
+        final = np.asarray(c)[..., -1]
+        metrics[f"regret_final_{name}"] = float(final.mean())
+        metrics[f"regret_final_{name}_std"] = float(final.std())
+        metrics[f"normalized_regret_{name}"] = float(final.mean() / T)
+        metrics[f"sq_regret_gauss_{name}"] = float(np.mean(arrays["final_sq_gauss"][name]))
+    gap = mu.mean(axis=-1) - mu.min(axis=-1)
+    metrics.update(eta_star=eta_s, kappa_star=eta_s * np.sqrt(T), eta_star_se=float(arrays["root"]["se"]),
+                   uniform_linear_reference=float(T * gap.mean()), sq_regret_gauss_uniform_exact=rj.exact_F0(d, T))
+    u = metrics["regret_final_uniform"]
+    found = [
+        checks.below(f"{depth}layer_far_below_uniform", metrics[f"regret_final_{depth}layer"] / u, FAR_BELOW,
+                     claim=f"the {depth}-layer Transformer trained on the regret loss has far lower regret than uniform play")
+        for depth in config.depths
+    ]
+    learners = list(regret)
+    table = {
+        "learner": learners,
+        "regret_final": [metrics[f"regret_final_{n}"] for n in learners],
+        "regret_final_std": [metrics[f"regret_final_{n}_std"] for n in learners],
+        "normalized_regret": [metrics[f"normalized_regret_{n}"] for n in learners],
+        "sq_regret_gauss": [metrics[f"sq_regret_gauss_{n}"] for n in learners],
+    }
+    return Summary(metrics=metrics, checks=found, tables={"table": table})
+
+
+def _figure(curves: dict[str, np.ndarray], path) -> None:
+    """Mean Reg(t) with a +-1 standard-error band over (seed, sequence) pairs."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, c in curves.items():
+        flat = c.reshape(-1, c.shape[-1])
+        mean, se = flat.mean(0), flat.std(0) / np.sqrt(flat.shape[0])
+        t = np.arange(1, flat.shape[-1] + 1)
+        ax.plot(t, mean, label=name)
+        ax.fill_between(t, mean - se, mean + se, alpha=0.25)
+    ax.set(xlabel="t", ylabel="cumulative regret Reg(t)", title="held-out biased-Gaussian sequences (ftrl at eta*)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    io.save_figure(fig, path)
+
+
+def write(config: DeepConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``regret_curves.csv`` (mean Reg(t) per learner), ``regret_curves.npz`` (mu and every curve), ``regret_curves.png``."""
+    T = config.train.T
+    regret = {k: np.asarray(v) for k, v in arrays["regret"].items()}
+    io.write_csv(out_dir / "regret_curves.csv", {"t": np.arange(1, T + 1), **{k: c.reshape(-1, T).mean(axis=0) for k, c in regret.items()}})
+    io.save_npz(out_dir / "regret_curves.npz", mu=arrays["mu"], **regret)
+    _figure(regret, out_dir / "regret_curves.png")
+
+
+STUDY = register(Study(
+    name="regret.deep",
+    summary="Sec. 3.3: 2- and 4-layer causal softmax Transformers on the regret loss, regret on biased sequences",
+    config_type=DeepConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    paper=PAPER, seeds_field="num_seeds",
+))

@@ -1,0 +1,154 @@
+"""Study ``regret.ftrl_match`` (section 3.2, Figure 2(a); docs/regret.md §7) of "Training with (Swap) Regret Loss
+in a Single-Layer Self-Attention Model: A Case Study on the Probability Simplex": does regret-loss training find
+entropic FTRL?
+
+The reduced Eq. (2) model is trained from random initialisation with the squared
+regret loss on N(0, I_d) sequences (``num_seeds`` seeds, ``jax.vmap`` over keys, no FTRL
+supervision). On held-out sequences a scalar eta_hat is fitted per seed by policy MSE
+against softmax(-eta L_{t-1}) (docs/regret.md §7.2) and compared with the root eta* of the
+Theorem-1 scan at the same (d, T) (the estimator of ``regret.stationarity``, from
+:mod:`regret_jax`). Metrics as in Figure 2(a): eta_hat mean/std, policy MSE, mean TV
+(% mass) and the error per action in percentage points, read as 100 mean ||.||_1 / d
+(docs/regret.md §7.3, a reading of an unknown definition).
+
+No number of the paper survived (docs/regret.md §12), so ``PAPER`` is empty. Checks, and
+how each could fail:
+
+* ``policy_close_to_ftrl`` (mean TV < 0.10): the trained policies must be within 10% of
+  probability mass of the best-fitting FTRL policy; a model that learned some other
+  history-dependent rule (or nothing) is far from every softmax(-eta L_{t-1}).
+* ``eta_hat_near_eta_star`` (|mean eta_hat - eta*| / eta* < 0.25): the fitted step must be
+  the Theorem-1 root; training that stops short (eta_hat << eta*) or overshoots fails it.
+* ``trained_beats_uniform`` (held-out E[R^2] / F(0) < 0.9): training must lower the regret
+  loss clearly below uniform play's exact F(0); a diverged or untrained model fails it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import regret_jax as rj
+from experiments import checks, io, seeds, sweep
+from experiments.registry import RunContext, Study, Summary, register
+
+PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
+
+TV_MAX = 0.10  # learned policy within 10% total-variation mass of the fitted FTRL policy
+ETA_REL_MAX = 0.25  # |mean eta_hat - eta*| / eta* allowed
+LOSS_RATIO_MAX = 0.9  # held-out E[R^2] / F(0)
+PER_SEED = ("eta_hat", "mse", "tv_pct", "err_per_action_pp", "heldout_loss")
+MODEL = "attention"  # the curves' model name
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchConfig:
+    """The training run (``train.model`` must be ``"attention"``), the seeds and the evaluation sizes."""
+
+    train: rj.TrainConfig
+    num_seeds: int = 3
+    heldout_sequences: int = 2000
+    scan_sequences: int = 16_000
+
+    def __post_init__(self):
+        if self.train.model != "attention":
+            raise ValueError(f"train.model must be 'attention' (the reduced Eq. (2) model), got {self.train.model!r}")
+        if self.num_seeds < 2:
+            raise ValueError(f"num_seeds must be >= 2 (a std is reported), got {self.num_seeds}")
+        if self.heldout_sequences < 100:
+            raise ValueError(f"heldout_sequences must be >= 100, got {self.heldout_sequences}")
+        if self.scan_sequences < 1000:
+            raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
+
+
+QUICK = MatchConfig(rj.TrainConfig(model="attention", d=3, T=25, batch_size=256, num_steps=1000, learning_rate=2e-2))
+FULL = MatchConfig(rj.TrainConfig(model="attention", d=5, T=50, batch_size=512, num_steps=4000, learning_rate=1e-2),
+                   heldout_sequences=8000, scan_sequences=40_000)
+
+
+def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
+    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
+    etas = rj.scan_etas(T)
+    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
+                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
+                          desc=f"{ctx.study} scan d={d} T={T}")
+    ctx.record_compile(res.compile_s)
+    return rj.scan_moments(*res.outputs, etas)
+
+
+def loss_guard(label: str) -> sweep.LossGuard:
+    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
+    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
+
+
+def fit_seed(model, variables, heldout: jax.Array, etas: jax.Array) -> dict:
+    """eta_hat, policy MSE, TV and error/action of one trained model on held-out sequences."""
+    pols = jax.vmap(model.apply, in_axes=(None, 0))(variables, heldout)
+    eta = rj.fit_eta(pols, heldout, etas)
+    ref = jax.vmap(rj.ftrl_policies, in_axes=(0, None))(heldout, eta)
+    l1 = jnp.mean(jnp.sum(jnp.abs(pols - ref), axis=-1))
+    return {"eta_hat": eta, "mse": rj.policy_mse(pols, heldout, eta), "tv_pct": 50 * l1,
+            "err_per_action_pp": 100 * l1 / heldout.shape[-1],
+            "heldout_loss": rj.squared_regret_loss(pols, heldout)}
+
+
+def compute(config: MatchConfig, ctx: RunContext) -> dict:
+    """``{"seeds": {PER_SEED [S]}, "root": {eta_star, se}, "curves": {"attention": {"loss": [S, steps]}}}``."""
+    tc = config.train
+    res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, guard=loss_guard(f"{ctx.study} {MODEL}"))
+    model = rj.build_model(tc)
+    heldout = jax.random.normal(jax.random.key(123), (config.heldout_sequences, tc.T, tc.d))
+    etas = jnp.geomspace(0.05, 8.0, 60) / np.sqrt(tc.T)
+    fit = jax.jit(lambda v, h: fit_seed(model, v, h, etas))  # held-out data as an argument, not a constant
+    per_seed = [jax.tree.map(float, fit(jax.tree.map(lambda x, s=s: x[s], res.outputs.variables), heldout))
+                for s in range(config.num_seeds)]
+    root = eta_star(ctx, tc.d, tc.T, config.scan_sequences)
+    return {
+        "seeds": {k: np.asarray([p[k] for p in per_seed]) for k in PER_SEED},
+        "root": {"eta_star": root["eta_star"], "se": root["se"]},
+        "curves": {MODEL: {"loss": np.asarray(res.outputs.loss_curve)}},
+    }
+
+
+def summarize(config: MatchConfig, arrays: dict) -> Summary:
+    """Mean and std over seeds of every per-seed quantity, eta_hat against eta*, and the three checks."""
+    tc = config.train
+    per_seed = arrays["seeds"]
+    eta_s, eta_se = float(arrays["root"]["eta_star"]), float(arrays["root"]["se"])
+    metrics = {}
+    for name in PER_SEED:
+        vals = np.asarray(per_seed[name], np.float64)
+        metrics[f"{name}_mean"], metrics[f"{name}_std"] = float(vals.mean()), float(vals.std(ddof=1))
+    metrics.update(eta_star=eta_s, eta_star_se=eta_se, kappa_hat=metrics["eta_hat_mean"] * np.sqrt(tc.T),
+                   kappa_star=eta_s * np.sqrt(tc.T), uniform_loss=rj.exact_F0(tc.d, tc.T),
+                   final_train_loss=float(np.mean(np.asarray(arrays["curves"][MODEL]["loss"])[:, -50:])))
+    rel = abs(metrics["eta_hat_mean"] - eta_s) / eta_s
+    found = [
+        checks.below("policy_close_to_ftrl", metrics["tv_pct_mean"] / 100, TV_MAX,
+                     claim="the regret-trained model plays entropic FTRL: mean TV to the fitted FTRL policy is small"),
+        checks.below("eta_hat_near_eta_star", rel, ETA_REL_MAX,
+                     claim="the fitted FTRL step eta_hat is the Theorem-1 root eta*"),
+        checks.below("trained_beats_uniform", metrics["heldout_loss_mean"] / metrics["uniform_loss"], LOSS_RATIO_MAX),
+    ]
+    table = {  # Figure 2(a): quantity, mean and std over seeds; eta* (std: its standard error) and exact F(0) beside
+        "quantity": [*PER_SEED, "eta_star", "uniform_loss"],
+        "mean": [metrics[f"{q}_mean"] for q in PER_SEED] + [eta_s, metrics["uniform_loss"]],
+        "std": [metrics[f"{q}_std"] for q in PER_SEED] + [eta_se, float("nan")],
+    }
+    seeds_table = {"seed": list(range(len(per_seed["eta_hat"]))), **{k: per_seed[k] for k in sorted(PER_SEED)}}
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "seeds": seeds_table})
+
+
+def write(config: MatchConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``loss_curves.npz`` (``loss_curve`` [seeds, steps]); ``seeds.csv`` is a table."""
+    io.save_npz(out_dir / "loss_curves.npz", loss_curve=arrays["curves"][MODEL]["loss"])
+
+
+STUDY = register(Study(
+    name="regret.ftrl_match",
+    summary="Sec. 3.2: regret-loss-trained attention vs entropic FTRL, eta_hat vs eta*",
+    config_type=MatchConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    paper=PAPER, seeds_field="num_seeds",
+))

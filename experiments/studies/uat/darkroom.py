@@ -1,0 +1,164 @@
+"""Study ``uat.darkroom``: Table 1, Domain A of "Breaking Feedback-Blindness:
+Utility-Augmented Transformer for Sequential Decision Making" (UAT, arXiv 2607.18910).
+
+UAT and the baselines Vanilla-TF (VT), A-DT, DT-style and GTrXL are trained by
+rollout-then-optimize on DarkRoom under the three goal schedules (gradual, abrupt,
+cyclic) and evaluated by greedy causal inference: per-step accuracy against the oracle
+action and navigation efficiency, seed mean and std (section 6, Appendix C; the model
+and training are ``uat_jax``'s, derivations in ``docs/uat.md``). Each model is one
+vmapped program over schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule
+uses the same key. ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2 layers,
+batch 32, 200 epochs, T = 30, 2 seeds) trains UAT, VT and A-DT only, the models the
+checks compare; DT-style and GTrXL run at full size (Table 3, 3 seeds).
+
+Checks, and how each could fail:
+
+* ``uat_beats_vt_<schedule>`` (> 0.2, one per schedule; paper +0.51, +0.47, +0.50):
+  UAT must out-predict the observation-only VT by a wide margin. It fails if UAT does
+  not learn to read the shifted (a, r) feedback (a broken shift, utility encoder or
+  gate), or if the hidden goal is recoverable from the observations alone.
+* ``uat_on_par_with_adt`` (mean accuracy gap over schedules >= -0.03; paper +0.004):
+  conditioning attention on the utility must be at least as good as concatenating the
+  feedback to the input (A-DT); it fails if the modulated attention trains worse than
+  the plain input-level channel.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from experiments import checks, io, sweep
+from experiments.registry import RunContext, Study, Summary, register
+from experiments.seeds import seed_keys
+from uat_jax import cells
+from uat_jax.config import KINDS
+from uat_jax.schedules import SCHEDULES
+from uat_jax.train import Task
+
+PAPER_ACC = {"uat": (0.873, 0.827, 0.842), "vt": (0.362, 0.356, 0.340),
+             "gtrxl": (0.328, 0.336, 0.366), "dt": (0.658, 0.738, 0.791),
+             "adt": (0.866, 0.826, 0.838)}  # Table 1, Domain A: gradual, abrupt, cyclic
+PAPER = {f"acc_{m}_{s}": v for m, accs in PAPER_ACC.items() for s, v in zip(SCHEDULES, accs)}
+PAPER_TIMING = {"train_ms_per_epoch_uat": 32.4, "train_ms_per_epoch_vt": 17.1,
+                "infer_ms_per_step_uat": 3.1, "infer_ms_per_step_vt": 2.1}  # Table 6 (one GPU; the bench's)
+
+MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
+CHECKED = ("uat", "vt", "adt")  # the models the checks compare
+WIDE_MARGIN = 0.2
+ON_PAR = -0.03
+
+
+@dataclasses.dataclass(frozen=True)
+class DarkroomConfig:
+    """Which models, on which schedules, at which size, over how many seeds."""
+
+    size: cells.Size = cells.TABLE3
+    seeds: int = 3
+    models: tuple[str, ...] = MODELS
+    schedules: tuple[str, ...] = SCHEDULES
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        if not set(CHECKED) <= set(self.models) <= set(KINDS) or len(set(self.models)) != len(self.models):
+            raise ValueError(f"models must be distinct names from {KINDS} including {CHECKED}, got {self.models}")
+        if not self.schedules or not set(self.schedules) <= set(SCHEDULES) or len(set(self.schedules)) != len(self.schedules):
+            raise ValueError(f"schedules must be distinct names from {SCHEDULES}, got {self.schedules}")
+
+
+FULL = DarkroomConfig()
+QUICK = DarkroomConfig(size=cells.CPU, seeds=2, models=CHECKED)
+
+
+def _train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: tuple[str, ...],
+                seeds: int) -> dict:
+    """``train_cfg`` on every task x seed as one checkpointed sweep: outputs [tasks, seeds, ...]."""
+    items = cells.cell_inputs(tasks, seed_keys(seeds))
+    n = len(tasks) * seeds
+    guard = sweep.LossGuard(label=f"{ctx.study} {name}", loss_of=lambda out, items, done: out["loss"],
+                            describe=lambda i: f"schedule {labels[i // seeds]}, seed {i % seeds}")
+    result = sweep.sweep_map(cells.make_cell(train_cfg), items, chunk_size=-(-n // jax.device_count()),
+                             checkpoint=ctx.checkpoint(name, tasks=list(labels)), guard=guard,
+                             desc=f"{ctx.study} {name}")
+    ctx.record_compile(result.compile_s)
+    return cells.split_cells(result.outputs, len(tasks))
+
+
+def compute(cfg: DarkroomConfig, ctx: RunContext) -> dict:
+    """``accuracy``/``efficiency``: {model: [schedules, seeds]}; ``curves``: {"model/schedule": ...}."""
+    tasks = [Task.make(s) for s in cfg.schedules]
+    out: dict = {"accuracy": {}, "efficiency": {}, "curves": {}}
+    for model in cfg.models:
+        grid = _train_grid(ctx, f"darkroom_{model}", cfg.size.train_config(model), tasks, cfg.schedules, cfg.seeds)
+        out["accuracy"][model], out["efficiency"][model] = grid["accuracy"], grid["efficiency"]
+        for i, sched in enumerate(cfg.schedules):
+            out["curves"][f"{model}/{sched}"] = {"loss": grid["loss"][i], "train_accuracy": grid["train_accuracy"][i]}
+    return out
+
+
+def summarize(cfg: DarkroomConfig, arrays: dict) -> Summary:
+    """Seed mean/std of accuracy and efficiency per model and schedule; the Table 1 checks."""
+    metrics: dict[str, float] = {}
+    for model in cfg.models:
+        for i, sched in enumerate(cfg.schedules):
+            metrics.update(cells.mean_std(f"acc_{model}_{sched}", arrays["accuracy"][model][i]))
+            metrics.update(cells.mean_std(f"eff_{model}_{sched}", arrays["efficiency"][model][i]))
+    gap = lambda a, b, s: metrics[f"acc_{a}_{s}"] - metrics[f"acc_{b}_{s}"]  # noqa: E731
+    paper_gap = lambda a, b, s: PAPER[f"acc_{a}_{s}"] - PAPER[f"acc_{b}_{s}"]  # noqa: E731
+    found = [checks.above(f"uat_beats_vt_{s}", gap("uat", "vt", s), WIDE_MARGIN, paper=paper_gap("uat", "vt", s),
+                          claim=f"UAT beats the observation-only Vanilla-TF by a wide margin ({s} goals)")
+             for s in cfg.schedules]
+    on_par = float(np.mean([gap("uat", "adt", s) for s in cfg.schedules]))
+    found.append(checks.at_least("uat_on_par_with_adt", on_par, ON_PAR,
+                                 paper=float(np.mean([paper_gap("uat", "adt", s) for s in cfg.schedules])),
+                                 claim="UAT is at least on par with A-DT (feedback concatenated to the input)"))
+    rows = [(m, s) for m in cfg.models for s in cfg.schedules]
+    table = {"model": [m for m, _ in rows], "schedule": [s for _, s in rows],
+             "accuracy": [metrics[f"acc_{m}_{s}"] for m, s in rows],
+             "accuracy_std": [metrics[f"acc_{m}_{s}_std"] for m, s in rows],
+             "accuracy_paper": [PAPER.get(f"acc_{m}_{s}", float("nan")) for m, s in rows],
+             "efficiency": [metrics[f"eff_{m}_{s}"] for m, s in rows],
+             "efficiency_std": [metrics[f"eff_{m}_{s}_std"] for m, s in rows]}
+    return Summary(metrics=metrics, checks=found, tables={"table": table})
+
+
+def write(cfg: DarkroomConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``darkroom.csv`` (every model x schedule x seed) and ``darkroom.png`` (Table 1 A as bars)."""
+    rows: dict[str, list] = {"model": [], "schedule": [], "seed": [], "accuracy": [], "efficiency": []}
+    for model in cfg.models:
+        for i, sched in enumerate(cfg.schedules):
+            for s in range(cfg.seeds):
+                rows["model"].append(model)
+                rows["schedule"].append(sched)
+                rows["seed"].append(s)
+                rows["accuracy"].append(float(arrays["accuracy"][model][i, s]))
+                rows["efficiency"].append(float(arrays["efficiency"][model][i, s]))
+    io.write_csv(out_dir / "darkroom.csv", rows)
+    import matplotlib.pyplot as plt
+
+    metrics = summary.metrics
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(cfg.models)
+    xs0 = np.arange(len(cfg.schedules))
+    for j, model in enumerate(cfg.models):
+        xs = xs0 + (j - (len(cfg.models) - 1) / 2) * width
+        ax.bar(xs, [metrics[f"acc_{model}_{s}"] for s in cfg.schedules], width,
+               yerr=[metrics[f"acc_{model}_{s}_std"] for s in cfg.schedules], label=model)
+        ax.plot(xs, [PAPER[f"acc_{model}_{s}"] for s in cfg.schedules], "kx", ms=6,
+                label="paper" if j == 0 else None)
+    ax.set_xticks(xs0, cfg.schedules)
+    ax.set_ylabel("per-step accuracy vs oracle")
+    ax.set_ylim(0, 1)
+    ax.legend(ncol=6, fontsize=7, loc="upper center")
+    fig.tight_layout()
+    io.save_figure(fig, out_dir / "darkroom.png")
+
+
+STUDY = register(Study(
+    name="uat.darkroom",
+    summary="UAT vs VT / A-DT / DT-style / GTrXL on DarkRoom, three goal schedules (Table 1 A)",
+    config_type=DarkroomConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    paper=PAPER, seeds_field="seeds",
+))

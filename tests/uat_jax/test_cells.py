@@ -1,0 +1,47 @@
+"""Training cells: the Size presets, task stacking, the task x seed grid layout, seed statistics."""
+import jax
+import numpy as np
+import pytest
+
+from uat_jax import cells
+from uat_jax.train import Task
+
+
+def test_table3_size_builds_the_paper_configs_and_ablations():
+    cfg = cells.TABLE3.train_config("uat", "no_kv")
+    assert (cfg.model.d_model, cfg.model.n_heads, cfg.model.d_ff, cfg.model.n_layers) == (64, 4, 128, 3)
+    assert (cfg.model.horizon, cfg.batch_size, cfg.epochs, cfg.eval_episodes) == (60, 256, 500, 256)
+    assert (cfg.lr, cfg.ue_lr, cfg.model.ema_decay) == (2e-3, 2e-2, 0.7)
+    assert not cfg.model.modulate_kv and cfg.model.modulate_q
+    assert cells.TABLE3.train_config("gtrxl").model.kind == "gtrxl"
+    cpu = cells.CPU.train_config("vt")
+    assert (cpu.model.d_model, cpu.model.n_layers, cpu.model.horizon, cpu.batch_size, cpu.epochs) == (32, 2, 30, 32, 200)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(epochs=0), "size.epochs"), (dict(d_model=30), "size.d_model"), (dict(horizon=-1), "size.horizon")])
+def test_size_validates(changes, message):
+    with pytest.raises(ValueError, match=message):
+        cells.Size(**changes)
+
+
+def test_cell_inputs_are_task_major_with_common_seeds():
+    tasks = [Task.make(s, c, sg) for s, c, sg in (("gradual", "clean", 0.0), ("cyclic", "gaussian", 2.0))]
+    stacked = cells.stack_tasks(tasks)
+    np.testing.assert_array_equal(stacked.schedule, [0, 2])
+    np.testing.assert_array_equal(stacked.channel.mode, [0, 1])
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 3)))
+    items = cells.cell_inputs(tasks, keys)
+    np.testing.assert_array_equal(items["key"], np.concatenate([keys, keys]))
+    np.testing.assert_array_equal(items["task"].schedule, [0, 0, 0, 2, 2, 2])
+    np.testing.assert_allclose(items["task"].channel.sigma, [0, 0, 0, 2, 2, 2])
+    assert items["task"].channel.sigma.dtype == np.float32
+    out = cells.split_cells({"accuracy": np.arange(6.0), "loss": np.arange(12.0).reshape(6, 2)}, 2)
+    np.testing.assert_array_equal(out["accuracy"], [[0, 1, 2], [3, 4, 5]])
+    assert out["loss"].shape == (2, 3, 2)
+    with pytest.raises(ValueError, match="at least one task"):
+        cells.stack_tasks([])
+
+
+def test_mean_std():
+    assert cells.mean_std("acc", [0.5, 0.7]) == pytest.approx({"acc": 0.6, "acc_std": 0.1})

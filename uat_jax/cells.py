@@ -1,0 +1,106 @@
+"""Training cells: one model configuration trained and evaluated on DarkRoom tasks x seeds.
+
+A *cell* is one (task, seed) pair; a study trains a model configuration on every cell
+of a grid as one vmapped program (the sweep engine maps :func:`make_cell` over the
+inputs of :func:`cell_inputs`). Seed ``s`` of every task uses the same key, so tasks
+are compared on common random numbers.
+
+``Size`` gathers the knobs the studies vary (model widths, episode length, batch,
+epochs, evaluation episodes); every other model and optimiser setting is the Table 3
+default of :class:`uat_jax.config.ModelConfig` and :class:`uat_jax.train.TrainConfig`.
+``TABLE3`` is the paper's Domain A size (Table 3 of "Breaking Feedback-Blindness:
+Utility-Augmented Transformer for Sequential Decision Making", arXiv 2607.18910);
+``CPU`` is a size for 2 CPU cores (d_model 32, 2 layers, batch 32, 200 epochs,
+episodes of T = 30 steps) that still separates feedback-aware from observation-only
+models.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from uat_jax.config import ModelConfig, ablation
+from uat_jax.train import Task, TrainConfig, make_train
+
+__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_cell", "mean_std", "split_cells", "stack_tasks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """Model and training size of a study (the rest is Table 3's defaults)."""
+
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 128
+    n_layers: int = 3
+    horizon: int = 60  # episode length T
+    batch_size: int = 256  # episodes per epoch
+    epochs: int = 500
+    eval_episodes: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "d_ff", "n_layers", "horizon", "batch_size", "epochs", "eval_episodes"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"size.{name} must be an integer >= 1, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"size.d_model must be a multiple of size.n_heads = {self.n_heads}, got {self.d_model}")
+
+    def model_config(self, kind: str = "uat", variant: str | None = None) -> ModelConfig:
+        """The model ``kind`` at this size; ``variant`` names a Table 4 ablation of UAT."""
+        model = ModelConfig(kind=kind, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
+                            n_layers=self.n_layers, horizon=self.horizon)
+        return model if variant is None else ablation(model, variant)
+
+    def train_config(self, kind: str = "uat", variant: str | None = None) -> TrainConfig:
+        """The training configuration of ``kind`` (or UAT ablation ``variant``) at this size."""
+        return TrainConfig(model=self.model_config(kind, variant), epochs=self.epochs,
+                           batch_size=self.batch_size, eval_episodes=self.eval_episodes)
+
+
+TABLE3 = Size()
+CPU = Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=30, batch_size=32, epochs=200, eval_episodes=64)
+
+
+def stack_tasks(tasks: list[Task]) -> Task:
+    """Tasks stacked along a new leading axis (a batch of tasks to vmap over)."""
+    if not tasks:
+        raise ValueError("stack_tasks needs at least one task")
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *tasks)
+
+
+def cell_inputs(tasks: list[Task], keys: np.ndarray) -> dict:
+    """Sweep inputs of the grid ``tasks x seeds``, task-major: item ``i`` is task ``i // S``,
+    seed ``i % S``, where ``keys`` [S, 2] is the raw key data of the S seeds."""
+    keys = np.asarray(keys)
+    seeds = keys.shape[0]
+    stacked = stack_tasks(tasks)
+    return {"key": np.tile(keys, (len(tasks), 1)),
+            "task": jax.tree.map(lambda x: np.repeat(np.asarray(x), seeds, axis=0), stacked)}
+
+
+def make_cell(cfg: TrainConfig):
+    """``cell(item) -> {"accuracy", "efficiency": [], "loss", "train_accuracy": [epochs]}``:
+    train ``cfg`` from the item's key on its task, then evaluate it (pure, jittable)."""
+    train = make_train(cfg)
+
+    def cell(item: dict) -> dict:
+        res = train(jax.random.wrap_key_data(item["key"]), item["task"])
+        return {"accuracy": res.eval.accuracy, "efficiency": res.eval.efficiency,
+                "loss": res.loss, "train_accuracy": res.train_accuracy}
+
+    return cell
+
+
+def split_cells(outputs: dict, n_tasks: int) -> dict:
+    """Sweep outputs with leading axis ``n_tasks * S`` reshaped to ``[n_tasks, S, ...]``."""
+    return {k: np.asarray(v).reshape((n_tasks, -1) + np.shape(v)[1:]) for k, v in outputs.items()}
+
+
+def mean_std(prefix: str, values) -> dict[str, float]:
+    """``{prefix: mean, prefix_std: std}`` over seeds (numpy, population std, in the values' dtype)."""
+    values = np.asarray(values)
+    return {prefix: float(np.mean(values)), f"{prefix}_std": float(np.std(values))}
