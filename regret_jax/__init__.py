@@ -61,6 +61,7 @@ from regret_jax.stationarity import (
     scan_etas,
     scan_kappas,
     scan_keys,
+    scan,
     scan_moments,
     swap_ray_regret,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "scan_etas",
     "scan_kappas",
     "scan_keys",
+    "scan",
     "scan_moments",
     "self_play",
     "sequence_model_learner",

@@ -235,3 +235,16 @@ def scan_moments(R, dR, etas) -> dict[str, np.ndarray]:
         "dF": est.dF, "dF_se": est.dF_se, "mean_R": est.mean_R, "mean_R_se": est.mean_R_se,
         "eta_star": root.eta, "se": root.se, "sign_changes": root.sign_changes,
     }
+
+
+def scan(d: int, T: int, num_sequences: int, map_fn=None, *, kappas=SCAN_KAPPAS, seed: int = 0,
+         chunk_size: int = SCAN_CHUNK) -> dict[str, np.ndarray]:
+    """The Theorem-1 scan of cell (d, T): :func:`scan_moments` of :func:`ray_sample` over :func:`scan_keys`.
+
+    ``map_fn(fn, keys, chunk_size) -> (R, R')`` runs ``fn`` over the keys' leading axis
+    (default: one ``jax.vmap``); the harness passes its chunked, checkpointed sweep.
+    """
+    etas = scan_etas(T, kappas)
+    keys = scan_keys(d, T, num_sequences, seed)
+    run = map_fn or (lambda fn, xs, chunk: jax.jit(jax.vmap(fn))(xs))
+    return scan_moments(*run(ray_sample(d, T, etas), keys, min(chunk_size, num_sequences)), etas)

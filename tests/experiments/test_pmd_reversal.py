@@ -93,7 +93,7 @@ def test_summarize_on_synthetic_cells():
     # Past the threshold (1 - gamma) kappa / c = 0.8, 1.6, 2.4 (which counts as non-negative): 44 + 28 + 12 etas.
     assert summary.metrics["negative_cells_unmasked"] == 84 and summary.metrics["threshold_cells"] == 6
     assert summary.metrics["sign_law_violations_unmasked"] == 0
-    assert summary.metrics["first_negative_eta_kappa8"] == pytest.approx(1.65)
+    assert summary.metrics["threshold_eta_kappa8"] == pytest.approx(1.65)
     assert not by_name["negative_cells_unmasked"].passed  # the paper's 840 is on the 601-eta grid
     assert by_name["kappa = 8 published points (3 decimals)"].passed
     assert by_name["masked gain > 0 for every eta > 0"].passed

@@ -48,7 +48,7 @@ def _rows(path):
 def _check_outputs(study_dir):
     result = json.loads((study_dir / "result.json").read_text())
     assert result["config"]["n_mdps"] == 8 and result["config"]["rounds"] == 3 and "sweep" not in result
-    assert len(result["checks"]) == 6 and 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 4
+    assert len(result["checks"]) == 8 and 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 4
     assert result["metrics"]["min_count_balanced_m6"] == 6.0 and result["metrics"]["unvisited_balanced_m24"] == 0.0
     table = _rows(study_dir / "table.csv")
     assert [r["arm"] for r in table] == [cov.ARM_NAMES[a] for a, _ in cov.ARMS]
@@ -125,7 +125,7 @@ def _records(n=40, seed=0):
 
 def test_summarize_on_synthetic_records():
     cfg = cov.CoverageConfig(n_mdps=40, n_bootstrap=500)
-    summary = cov.summarize(cfg, {"records": _records()})
+    summary = cov.summarize(cfg, {"records": _records(), "sampling_term": cov.sampling_terms(cfg)})
     assert all(c.passed for c in summary.checks), [(c.name, c.value, c.target) for c in summary.checks]
     m = summary.metrics
     assert m["diff_median_on_policy_m6"] == pytest.approx(0.02, abs=1e-3)
@@ -136,9 +136,23 @@ def test_summarize_on_synthetic_records():
     flat = _records()
     flat["loss"][:, cov.LABELS.index("on_policy_m6")] = flat["loss"][:, cov.LABELS.index("balanced_m6")]
     flat["bound"][3, cov.LABELS.index("exact_backup")] = 0.0
-    failed = {c.name for c in cov.summarize(cfg, {"records": flat}).checks if not c.passed}
+    failed = {c.name for c in cov.summarize(cfg, {"records": flat, "sampling_term": cov.sampling_terms(cfg)}).checks
+              if not c.passed}
     assert "on-policy worse than balanced at m = 6: paired interval excludes 0" in failed
     assert "section-13 bound holds on every MDP for the oracle arms" in failed
+
+
+def test_sampling_terms_against_the_hand_formula():
+    """epsilon = B_Q sqrt(2 log(2 S A T / alpha) / m), B_Q = 1 / (1 - 0.8) = 5, 2 S A T / alpha = 9600."""
+    terms = cov.sampling_terms(cov.CoverageConfig())
+    assert set(terms) == {"m6", "m24"}
+    for m in (6, 24):
+        assert float(terms[f"m{m}"]) == pytest.approx(5.0 * np.sqrt(2 * np.log(9600.0) / m), rel=1e-6)
+    assert round(float(terms["m6"]), 2) == 8.74 and round(float(terms["m24"]), 2) == 4.37
+    wrong = cov.sampling_terms(cov.CoverageConfig(rounds=10))  # a union bound over fewer rounds: another value
+    summary = cov.summarize(cov.CoverageConfig(n_bootstrap=200), {"records": _records(), "sampling_term": wrong})
+    failed = {c.name for c in summary.checks if not c.passed}
+    assert {"section-13 sampling term at m = 6, alpha = 0.05", "section-13 sampling term at m = 24, alpha = 0.05"} <= failed
 
 
 def test_bootstrap_median_against_known_sample():

@@ -65,6 +65,7 @@ def test_summarize_on_synthetic_cells():
     ([1.0, 1.0, 0.9, 0.9, 1.5, 1.5], 1, {"kappa_star_monotone_in_d"}),  # a step down in d
     ([1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 1, {"kappa_star_grows_in_d"}),  # no growth (steps of 0 are not decreases)
     ([1.0, 1.0, 2.0, 2.0, 4.0, 4.0], 1, {"kappa_star_growth_is_slow"}),  # polynomial growth
+    ([1.0, 1.0, 5**0.5 / 2**0.5, 5**0.5 / 2**0.5, 5**0.5, 5**0.5], 1, {"kappa_star_growth_is_slow"}),  # sqrt(d)
     ([1.0, 1.0, 1.3, 1.3, 1.5, 1.5], 2, {"one_sign_change_every_cell"}),
 ])
 def test_summarize_fails_the_right_checks(kappa, sign_changes, failing):

@@ -13,6 +13,11 @@ The grid is the paper's in both modes (it takes seconds), so ``--quick`` changes
 gamma=0.7,0.8,0.9`` runs every value's grid in one vmapped program whose sweep axis is
 (value, masked, kappa).
 
+Metrics ``threshold_eta_kappa{k}`` (beside the paper's thresholds) are measured: the first
+unmasked eta on the grid whose gain is negative (0.805 at kappa = 4 on the 0.005 grid,
+since the cell at 0.8 itself has zero gain); the formula (1 - gamma) kappa / c is the
+separate metric ``threshold_formula_kappa{k}``.
+
 Checks, and how each could fail:
 
 * ``negative_cells_unmasked`` == 840 and ``negative_cells_masked`` == 0 (the paper's
@@ -186,10 +191,10 @@ def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
         "sign_law_violations_unmasked": float(sign_violations),
         "min_masked_gain_eta_positive": float(np.min(impl["gain_implemented"][masked & (eta > 0)])),
     }
-    for k in cfg.kappas:
-        metrics[f"threshold_eta_kappa{k:g}"] = float(reversal_threshold(k, cfg.c, cfg.gamma))
+    for k in cfg.kappas:  # measured: the first unmasked eta whose gain is negative; beside it the formula
         neg_k = negative & ~masked & (kappa == k)
-        metrics[f"first_negative_eta_kappa{k:g}"] = float(eta[neg_k].min()) if neg_k.any() else float("nan")
+        metrics[f"threshold_eta_kappa{k:g}"] = float(eta[neg_k].min()) if neg_k.any() else float("nan")
+        metrics[f"threshold_formula_kappa{k:g}"] = float(reversal_threshold(k, cfg.c, cfg.gamma))
     published = [e for e in PUBLISHED_POINTS if 8.0 in cfg.kappas and np.isclose(eta, e, rtol=0, atol=1e-12).any()]
     for e in published:
         i = int(np.flatnonzero(~masked & (kappa == 8.0) & np.isclose(eta, e, rtol=0, atol=1e-12))[0])
@@ -218,8 +223,8 @@ def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
     paper_family = (cfg.c, cfg.gamma) == (1.0, 0.8)  # the paper's thresholds are (1 - 0.8) kappa / 1
     table = {
         "kappa": list(cfg.kappas),
-        "first_negative_eta": [metrics[f"first_negative_eta_kappa{k:g}"] for k in cfg.kappas],
-        "threshold_formula": [metrics[f"threshold_eta_kappa{k:g}"] for k in cfg.kappas],
+        "first_negative_eta": [metrics[f"threshold_eta_kappa{k:g}"] for k in cfg.kappas],
+        "threshold_formula": [metrics[f"threshold_formula_kappa{k:g}"] for k in cfg.kappas],
         "threshold_paper": [PAPER.get(f"threshold_eta_kappa{k:g}", float("nan")) if paper_family else float("nan")
                             for k in cfg.kappas],
         "negative_cells": [float(np.sum(negative & ~masked & (kappa == k))) for k in cfg.kappas],

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rate_jax
-from experiments import checks, io, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # the paper states the bound, no measured numbers
@@ -148,17 +148,12 @@ def train_rate(config: MRVStudyConfig, ctx: RunContext):
     """
     tcfg = config.train
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)  # raw uint32 keys: checkpointable
-    start = rate_jax.init_chunked(tcfg, keys)
-    if config.seeds % jax.device_count() == 0:
-        start = sweep.shard_leading(start)
     per_chunk = tcfg.num_steps // config.chunks
-    guard = sweep.LossGuard(label=f"{ctx.study} RATE",
-                            loss_of=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
-    res = sweep.run_chunks(rate_jax.make_chunk(tcfg, config.chunks), start, config.chunks,
-                           checkpoint=ctx.checkpoint("ckpt_rate"), guard=guard, desc=f"{ctx.study} train RATE")
-    ctx.record_compile(res.compile_s)
-    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(res.state.train)
-    return res.state.train, {k: np.asarray(v) for k, v in res.state.curves.items()}, np.asarray(turn)
+    state = seeds.train_chunked(ctx, "ckpt_rate", rate_jax.make_chunk(tcfg, config.chunks),
+                                rate_jax.init_chunked(tcfg, keys), config.chunks,
+                                loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
+    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
+    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
 
 
 def trained_alignment(config: MRVStudyConfig, state) -> dict[str, np.ndarray]:

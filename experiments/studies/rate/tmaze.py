@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rate_jax
-from experiments import checks, io, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER = {
@@ -174,18 +174,12 @@ def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
     """
     tcfg = config.train_config(name)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)  # raw uint32 keys: checkpointable
-    start = rate_jax.init_chunked(tcfg, keys)
-    if config.seeds % jax.device_count() == 0:
-        start = sweep.shard_leading(start)
     per_chunk = config.num_steps // config.chunks
-    guard = sweep.LossGuard(label=f"{ctx.study} {name}",
-                            loss_of=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
-    res = sweep.run_chunks(rate_jax.make_chunk(tcfg, config.chunks), start, config.chunks,
-                           checkpoint=ctx.checkpoint(f"ckpt_{name}", model=name), guard=guard,
-                           desc=f"{ctx.study} train {name}")
-    ctx.record_compile(res.compile_s)
-    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(res.state.train)
-    return res.state.train, {k: np.asarray(v) for k, v in res.state.curves.items()}, np.asarray(turn)
+    state = seeds.train_chunked(ctx, f"ckpt_{name}", rate_jax.make_chunk(tcfg, config.chunks),
+                                rate_jax.init_chunked(tcfg, keys), config.chunks, model=name,
+                                loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
+    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
+    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
 
 
 def evaluate_variant(config: TMazeStudyConfig, name: str, params, memory_noise: bool = False) -> np.ndarray:

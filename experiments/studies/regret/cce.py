@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 import regret_jax as rj
-from experiments import checks, io, seeds, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -103,21 +103,6 @@ FULL = CCEConfig(
 )
 
 
-def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
-    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
-    etas = rj.scan_etas(T)
-    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
-                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
-                          desc=f"{ctx.study} scan d={d} T={T}")
-    ctx.record_compile(res.compile_s)
-    return rj.scan_moments(*res.outputs, etas)
-
-
-def loss_guard(label: str) -> sweep.LossGuard:
-    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
-    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
-
-
 def equilibrium(A: np.ndarray) -> np.ndarray:
     """The equilibrium strategy of a symmetric zero-sum game with skew-symmetric A: the x in the simplex with A x = 0.
 
@@ -147,17 +132,16 @@ def compute(config: CCEConfig, ctx: RunContext) -> dict:
     """
     T, d = config.T, rj.WEIGHTED_RPS.shape[0]
     game = rj.zero_sum_game(rj.WEIGHTED_RPS)
-    root = eta_star(ctx, d, T, config.scan_sequences)
+    root = rj.scan(d, T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=d, T=T))
     eta = float(root["eta_star"])
     play = jax.jit(lambda learner: rj.self_play(learner, learner, game, T))
     runs = {"uniform": play(rj.uniform_learner(d)), "ftrl": play(rj.attention_learner(rj.ftrl_params(d, eta)))}
     curves = {}
     for name, tc in config.models().items():
-        res = seeds.train_over_seeds(ctx, f"train_{name}", rj.make_train(tc), config.num_seeds,
-                                     guard=loss_guard(f"{ctx.study} {name}"))
+        res = seeds.train_over_seeds(ctx, f"train_{name}", rj.make_train(tc), config.num_seeds, loss_of=lambda out: out.loss_curve)
         module = rj.build_model(tc)
-        runs[name] = jax.jit(lambda v, module=module: self_play_seeds(module, v, game, T))(res.outputs.variables)
-        curves[name] = {"loss": np.asarray(res.outputs.loss_curve)}
+        runs[name] = jax.jit(lambda v, module=module: self_play_seeds(module, v, game, T))(res.variables)
+        curves[name] = {"loss": np.asarray(res.loss_curve)}
     return {
         "gaps": {name: np.asarray(r.gap_cce) for name, r in runs.items()},
         "row_policy": {name: np.asarray(r.row_policy) for name, r in runs.items()},

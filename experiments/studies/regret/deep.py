@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import regret_jax as rj
-from experiments import checks, io, seeds, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -77,21 +77,6 @@ FULL = DeepConfig(rj.TrainConfig(model="transformer", d=5, T=100, batch_size=128
                   heldout_sequences=4000, scan_sequences=40_000)
 
 
-def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
-    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
-    etas = rj.scan_etas(T)
-    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
-                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
-                          desc=f"{ctx.study} scan d={d} T={T}")
-    ctx.record_compile(res.compile_s)
-    return rj.scan_moments(*res.outputs, etas)
-
-
-def loss_guard(label: str) -> sweep.LossGuard:
-    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
-    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
-
-
 def biased_sequences(key: jax.Array, num: int, T: int, d: int, bias_scale: float) -> tuple[jax.Array, jax.Array]:
     """Biased-Gaussian held-out sequences l_t ~ N(mu, I_d), mu ~ N(0, bias_scale^2 I_d) per sequence (docs/regret.md §8.1).
 
@@ -130,7 +115,7 @@ def compute(config: DeepConfig, ctx: RunContext) -> dict:
     """
     tc = config.train
     d, T = tc.d, tc.T
-    root = eta_star(ctx, d, T, config.scan_sequences)
+    root = rj.scan(d, T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=d, T=T))
     eta = float(root["eta_star"])
     biased, mu = biased_sequences(jax.random.key(123), config.heldout_sequences, T, d, config.bias_scale)
     gauss = jax.random.normal(jax.random.key(321), (config.heldout_sequences, T, d))
@@ -141,13 +126,12 @@ def compute(config: DeepConfig, ctx: RunContext) -> dict:
     for depth in config.depths:
         name = f"{depth}layer"
         dc = config.depth_config(depth)
-        res = seeds.train_over_seeds(ctx, f"train_{name}", rj.make_train(dc), config.num_seeds,
-                                     guard=loss_guard(f"{ctx.study} {name}"))
+        res = seeds.train_over_seeds(ctx, f"train_{name}", rj.make_train(dc), config.num_seeds, loss_of=lambda out: out.loss_curve)
         model = rj.build_model(dc)
         evaluate = jax.jit(lambda v, l, model=model: model_regret_curves(model, v, l, config.eval_batch))
-        regret[name] = np.asarray(evaluate(res.outputs.variables, biased))  # [S, N, T]
-        final_sq[name] = np.asarray(evaluate(res.outputs.variables, gauss))[..., -1] ** 2
-        curves[name] = {"loss": np.asarray(res.outputs.loss_curve)}
+        regret[name] = np.asarray(evaluate(res.variables, biased))  # [S, N, T]
+        final_sq[name] = np.asarray(evaluate(res.variables, gauss))[..., -1] ** 2
+        curves[name] = {"loss": np.asarray(res.loss_curve)}
     return {"regret": regret, "mu": np.asarray(mu), "final_sq_gauss": final_sq,
             "root": {"eta_star": root["eta_star"], "se": root["se"]}, "curves": curves}
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import regret_jax as rj
-from experiments import checks, io, seeds, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -68,21 +68,6 @@ FULL = MatchConfig(rj.TrainConfig(model="attention", d=5, T=50, batch_size=512, 
                    heldout_sequences=8000, scan_sequences=40_000)
 
 
-def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
-    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
-    etas = rj.scan_etas(T)
-    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
-                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
-                          desc=f"{ctx.study} scan d={d} T={T}")
-    ctx.record_compile(res.compile_s)
-    return rj.scan_moments(*res.outputs, etas)
-
-
-def loss_guard(label: str) -> sweep.LossGuard:
-    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
-    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
-
-
 def fit_seed(model, variables, heldout: jax.Array, etas: jax.Array) -> dict:
     """eta_hat, policy MSE, TV and error/action of one trained model on held-out sequences."""
     pols = jax.vmap(model.apply, in_axes=(None, 0))(variables, heldout)
@@ -97,18 +82,18 @@ def fit_seed(model, variables, heldout: jax.Array, etas: jax.Array) -> dict:
 def compute(config: MatchConfig, ctx: RunContext) -> dict:
     """``{"seeds": {PER_SEED [S]}, "root": {eta_star, se}, "curves": {"attention": {"loss": [S, steps]}}}``."""
     tc = config.train
-    res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, guard=loss_guard(f"{ctx.study} {MODEL}"))
+    res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, loss_of=lambda out: out.loss_curve)
     model = rj.build_model(tc)
     heldout = jax.random.normal(jax.random.key(123), (config.heldout_sequences, tc.T, tc.d))
     etas = jnp.geomspace(0.05, 8.0, 60) / np.sqrt(tc.T)
     fit = jax.jit(lambda v, h: fit_seed(model, v, h, etas))  # held-out data as an argument, not a constant
-    per_seed = [jax.tree.map(float, fit(jax.tree.map(lambda x, s=s: x[s], res.outputs.variables), heldout))
+    per_seed = [jax.tree.map(float, fit(jax.tree.map(lambda x, s=s: x[s], res.variables), heldout))
                 for s in range(config.num_seeds)]
-    root = eta_star(ctx, tc.d, tc.T, config.scan_sequences)
+    root = rj.scan(tc.d, tc.T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=tc.d, T=tc.T))
     return {
         "seeds": {k: np.asarray([p[k] for p in per_seed]) for k in PER_SEED},
         "root": {"eta_star": root["eta_star"], "se": root["se"]},
-        "curves": {MODEL: {"loss": np.asarray(res.outputs.loss_curve)}},
+        "curves": {MODEL: {"loss": np.asarray(res.loss_curve)}},
     }
 
 

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 import regret_jax as rj
-from experiments import checks, io, seeds, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -73,21 +73,6 @@ FULL = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=50, batch_size=512, n
                   T=1000, scan_sequences=40_000)
 
 
-def eta_star(ctx: RunContext, d: int, T: int, num_sequences: int) -> dict[str, np.ndarray]:
-    """The Theorem-1 scan at (d, T) on regret_jax's default grid (:func:`regret_jax.scan_moments`), checkpointed."""
-    etas = rj.scan_etas(T)
-    res = sweep.sweep_map(rj.ray_sample(d, T, etas), rj.scan_keys(d, T, num_sequences),
-                          chunk_size=min(rj.SCAN_CHUNK, num_sequences), checkpoint=ctx.checkpoint("scan", d=d, T=T),
-                          desc=f"{ctx.study} scan d={d} T={T}")
-    ctx.record_compile(res.compile_s)
-    return rj.scan_moments(*res.outputs, etas)
-
-
-def loss_guard(label: str) -> sweep.LossGuard:
-    """Stops the seed sweep at the first non-finite training loss (``TrainOutput.loss_curve`` [seeds, steps])."""
-    return sweep.LossGuard(label, lambda out, items, done: np.asarray(out.loss_curve))
-
-
 def compute(config: SwapConfig, ctx: RunContext) -> dict:
     """Gap curves [T] of uniform, FTRL and BM self-play, [S, T] of the learned heads per calibration, and the losses.
 
@@ -95,8 +80,8 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     with runs ``uniform``, ``ftrl``, ``bm`` and ``learned_<calibration>``.
     """
     tc, d = config.train, config.train.d
-    res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, guard=loss_guard(f"{ctx.study} {MODEL}"))
-    root = eta_star(ctx, d, config.T, config.scan_sequences)
+    res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, loss_of=lambda out: out.loss_curve)
+    root = rj.scan(d, config.T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=d, T=config.T))
     eta = float(root["eta_star"])
 
     game = rj.zero_sum_game(rj.WEIGHTED_RPS)
@@ -110,12 +95,12 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     for name in CALIBRATIONS:
         per_seed = []
         for s in range(config.num_seeds):
-            heads = jax.tree.map(lambda x, s=s: x[s], res.outputs.variables["params"]["heads"])
+            heads = jax.tree.map(lambda x, s=s: x[s], res.variables["params"]["heads"])
             per_seed.append(play(rj.swap_learner(heads, config.calibration(name))))
         gaps[f"learned_{name}"] = {g: np.stack([np.asarray(getattr(r, g)) for r in per_seed]) for g in GAPS}
     return {
         "gaps": gaps, "root": {"eta_star": root["eta_star"], "se": root["se"]},
-        "curves": {MODEL: {"loss": np.asarray(res.outputs.loss_curve)}},
+        "curves": {MODEL: {"loss": np.asarray(res.loss_curve)}},
     }
 
 

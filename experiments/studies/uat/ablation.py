@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
-from experiments import checks, io, sweep
+from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.seeds import seed_keys
 from uat_jax import cells
 from uat_jax.config import ABLATIONS
 from uat_jax.schedules import SCHEDULES
@@ -74,17 +72,11 @@ QUICK = AblationConfig(size=cells.CPU, seeds=2, schedules=("gradual",))
 
 
 def _train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: tuple[str, ...],
-                seeds: int) -> dict:
+                num_seeds: int) -> dict:
     """``train_cfg`` on every task x seed as one checkpointed sweep: outputs [tasks, seeds, ...]."""
-    items = cells.cell_inputs(tasks, seed_keys(seeds))
-    n = len(tasks) * seeds
-    guard = sweep.LossGuard(label=f"{ctx.study} {name}", loss_of=lambda out, items, done: out["loss"],
-                            describe=lambda i: f"schedule {labels[i // seeds]}, seed {i % seeds}")
-    result = sweep.sweep_map(cells.make_cell(train_cfg), items, chunk_size=-(-n // jax.device_count()),
-                             checkpoint=ctx.checkpoint(name, tasks=list(labels)), guard=guard,
-                             desc=f"{ctx.study} {name}")
-    ctx.record_compile(result.compile_s)
-    return cells.split_cells(result.outputs, len(tasks))
+    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg), cells.cell_inputs(tasks, seeds.seed_keys(num_seeds)),
+                           labels=[f"schedule {x}" for x in labels], num_seeds=num_seeds, loss_of=lambda o: o["loss"])
+    return cells.split_cells(out, len(tasks))
 
 
 def compute(cfg: AblationConfig, ctx: RunContext) -> dict:
