@@ -1,9 +1,16 @@
-"""The experiment harness: study registry, CLI, sweep engine, checkpoints, result files.
+"""The experiment harness: CLI, study registry, config overrides, sweep engine, checkpoints, results, report.
 
 Submodules (import them explicitly; importing the package loads nothing heavy):
-``registry`` (studies and their contract), ``cli`` (``python -m experiments``),
-``sweep`` (vmapped, sharded, chunked, checkpointed sweeps), ``checkpoint`` (Orbax
-chunk checkpoints), ``io`` (atomic result files), ``benchmark`` (timings),
+``cli`` (``python -m experiments``: parse and dispatch), ``registry`` (the study shape),
+``configs`` (``--set``/``--config``/``--sweep`` values), ``runner`` (the run pipeline),
+``checks`` (check constructors), ``results`` (the result schema), ``report``
+(``REPORT.md``), ``sweep`` (vmapped, sharded, chunked, checkpointed programs),
+``seeds`` (key streams and the study-facing training sweeps), ``checkpoint`` (Orbax
+chunk checkpoints), ``codehash`` (code fingerprints), ``distributed`` (multi-process
+runs), ``curves`` (training curves), ``io`` (atomic files), ``benchmark`` (timings),
 ``provenance`` (code and machine versions).
 """
-__all__ = ["benchmark", "checkpoint", "cli", "io", "provenance", "registry", "sweep"]
+__all__ = [
+    "benchmark", "checkpoint", "checks", "cli", "codehash", "configs", "curves", "distributed", "io",
+    "provenance", "registry", "report", "results", "runner", "seeds", "sweep",
+]

@@ -17,7 +17,7 @@ from regret_jax.attention import (
     head_matrix,
     token_contributions,
 )
-from regret_jax.fixed_point import fixed_point, power_iteration
+from regret_jax.fixed_point import FixedPointResult, fixed_point, fixed_point_with_residual, power_iteration
 from regret_jax.ftrl import fit_eta, ftrl_policies, policy_mse
 from regret_jax.games import (
     WEIGHTED_RPS,
@@ -82,6 +82,7 @@ __all__ = [
     "AttentionLogits",
     "CausalTransformer",
     "Feedback",
+    "FixedPointResult",
     "GameParams",
     "GameState",
     "JointPolicy",
@@ -113,6 +114,7 @@ __all__ = [
     "find_root",
     "fit_eta",
     "fixed_point",
+    "fixed_point_with_residual",
     "ftrl_params",
     "ftrl_policies",
     "full_to_reduced",

@@ -1,0 +1,1 @@
+"""Studies, one package per paper: ``pmd``, ``regret``, ``rate``, ``uat`` (see ``experiments.registry``)."""
