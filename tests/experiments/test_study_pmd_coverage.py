@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -48,7 +49,7 @@ def _rows(path):
 def _check_outputs(study_dir):
     result = json.loads((study_dir / "result.json").read_text())
     assert result["config"]["n_mdps"] == 8 and result["config"]["rounds"] == 3 and "sweep" not in result
-    assert len(result["checks"]) == 8 and 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 4
+    assert len(result["checks"]) == 9 and 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 5
     assert result["metrics"]["min_count_balanced_m6"] == 6.0 and result["metrics"]["unvisited_balanced_m24"] == 0.0
     table = _rows(study_dir / "table.csv")
     assert [r["arm"] for r in table] == [cov.ARM_NAMES[a] for a, _ in cov.ARMS]
@@ -120,6 +121,7 @@ def _records(n=40, seed=0):
         "loss": loss, "loss_abs": loss * 3.0, "bound": np.full(shape, 1.0),
         "unvisited": np.full(shape, 2.0), "min_count": np.full(shape, 1.0),
         "critic_error": np.full(shape, 0.5), "zeta": np.full(shape, 0.01),
+        "zeta_over_envelope": np.full(shape, 0.1), "delta_over_envelope": np.full(shape, 0.1),
     }
 
 
@@ -136,10 +138,26 @@ def test_summarize_on_synthetic_records():
     flat = _records()
     flat["loss"][:, cov.LABELS.index("on_policy_m6")] = flat["loss"][:, cov.LABELS.index("balanced_m6")]
     flat["bound"][3, cov.LABELS.index("exact_backup")] = 0.0
+    flat["zeta_over_envelope"][5, 2] = 1.5
     failed = {c.name for c in cov.summarize(cfg, {"records": flat, "sampling_term": cov.sampling_terms(cfg)}).checks
               if not c.passed}
     assert "on-policy worse than balanced at m = 6: paired interval excludes 0" in failed
     assert "section-13 bound holds on every MDP for the oracle arms" in failed
+    assert "actor routing error within its section-13 envelope on every round" in failed
+
+
+def test_routing_envelope_check_fails_when_the_decoder_leaks_more_than_its_margins(monkeypatch):
+    """The envelope uses the config's kappa; a decoder built with a quarter of that state margin leaks ~e^12 times more,
+    and the per-round ratio the runner records must exceed 1 (while the correct decoder stays below it)."""
+    cfg = cov.CoverageConfig(n_mdps=2, rounds=3)
+    items = {k: v[:2] for k, v in cov.mdp_items(cfg).items()}
+    run = jax.jit(jax.vmap(cov.runner_on_raw_keys(cfg)))
+    assert float(np.max(run(items)["zeta_over_envelope"])) < 1.0
+    construct = cov.decoder.construct_params
+    monkeypatch.setattr(cov.decoder, "construct_params",
+                        lambda S, A, gamma, kappa, nu, dtype: construct(S, A, gamma, kappa / 4, nu, dtype))
+    leaky = jax.jit(jax.vmap(cov.runner_on_raw_keys(cfg)))
+    assert float(np.max(leaky(items)["zeta_over_envelope"])) > 1.0
 
 
 def test_sampling_terms_against_the_hand_formula():

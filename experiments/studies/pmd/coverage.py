@@ -44,6 +44,17 @@ checks test the paper's qualitative claims, not its digits):
   B_Q or a residual measured against the wrong target can break it. The bound's slack is
   reported (``bound_slack_median_*``, ``bound_max_loss_over_bound_oracle_arms``): at this
   family the loss is a small fraction of the bound, so this check alone is weak.
+* ``actor routing error within its section-13 envelope on every round``
+  (max_k zeta_k / (2R/(1+R)) <= 1 over every MDP, arm and round): the routing error
+  the loop measures (against an exact PMD step) must stay under the envelope that
+  ``pmd_jax.bound`` computes from (S, eta, kappa, nu, B_Q) alone; a decoder that leaks
+  more than the margins allow (a wrong state or role margin, a query token that is not
+  suppressed), or an envelope that drops a term, fails it. The envelope is a worst
+  case (it bounds every Q by B_Q): at these margins the realised error is ~1/700 of it,
+  so only a decoder that leaks ~three orders more than the margins allow fails (a
+  quarter of the state margin does, see the tests). The median ratio and the
+  critic's per-round ratio to its envelope (``delta_over_envelope_max_balanced_*``,
+  reported only: the sampling term dominates that envelope at these budgets) are metrics.
 * ``section-13 sampling term at m = 6 / 24`` (8.74 / 4.37 to 2 decimals, the paper's
   values at alpha = 0.05): epsilon = B_Q sqrt(2 log(2 S A T / alpha) / m) with B_Q =
   r_max / (1 - gamma); a wrong B_Q, union-bound count S A T or budget changes it.
@@ -59,7 +70,7 @@ import numpy as np
 from experiments import checks, io, sweep
 from experiments.registry import RunContext, Study, Summary, register
 from pmd_jax import decoder
-from pmd_jax.bound import returned_policy_bound, sampling_error
+from pmd_jax.bound import critic_error_bound, critic_leak_bounds, returned_policy_bound, routing_error_bound, sampling_error
 from pmd_jax.loop import closed_loop, decoder_critic
 from pmd_jax.mdp import FiniteMDP, RandomMDPFamily, optimal_q, policy_evaluation, uniform_policy
 from pmd_jax.sampling import ARM_NAMES, Arm
@@ -173,6 +184,15 @@ def make_mdp_runner(cfg: CoverageConfig):
         k_loop, k_start = jax.random.split(item["key"])
         start = jax.random.randint(k_start, (), 0, S)
 
+        zeta_envelope = routing_error_bound(S, eta, cfg.kappa, cfg.nu, cfg.q_bound)
+
+        def delta_envelope(m):
+            """Section 13's per-round critic envelope for a packet with at least ``m`` samples per pair."""
+            m_min = jnp.maximum(m, 1)
+            lam1, lam2 = critic_leak_bounds(S, A, cfg.kappa, cfg.nu, cfg.n_max, m_min)
+            eps = sampling_error(cfg.q_bound, S, A, cfg.rounds, cfg.alpha, m_min)
+            return critic_error_bound(cfg.q_bound, cfg.gamma, lam1, lam2, eps)
+
         def one_arm(arm, m):
             critic = decoder_critic(params, layout, mdp, arm, m, cfg.n_max, explore_eps)
             trace = closed_loop(k_loop, mdp, actor, critic, pi0, Q0, start, eta, cfg.rounds)
@@ -184,6 +204,8 @@ def make_mdp_runner(cfg: CoverageConfig):
                 "unvisited": jnp.mean(jnp.sum(trace.counts == 0, axis=(1, 2))),
                 "min_count": jnp.mean(jnp.min(trace.counts, axis=(1, 2))),
                 "critic_error": jnp.mean(trace.delta), "zeta": jnp.mean(trace.zeta),
+                "zeta_over_envelope": jnp.max(trace.zeta) / zeta_envelope,
+                "delta_over_envelope": jnp.max(trace.delta) / delta_envelope(m),
             }
 
         return jax.vmap(one_arm)(arms, budgets)
@@ -286,6 +308,10 @@ def summarize(cfg: CoverageConfig, arrays: dict) -> Summary:
     oracle = [col[lab] for lab in ORACLE_ARMS]
     with np.errstate(divide="ignore", invalid="ignore"):  # a zero bound gives an infinite ratio, honestly
         metrics["bound_max_loss_over_bound_oracle_arms"] = float(np.max(out["loss_abs"][:, oracle] / out["bound"][:, oracle]))
+    metrics["zeta_over_envelope_max"] = float(np.max(out["zeta_over_envelope"]))
+    metrics["zeta_over_envelope_median"] = float(np.median(out["zeta_over_envelope"]))
+    for lab in ("balanced_m6", "balanced_m24"):
+        metrics[f"delta_over_envelope_max_{lab}"] = float(np.max(out["delta_over_envelope"][:, col[lab]]))
     for name, value in arrays["sampling_term"].items():
         metrics[f"sampling_term_{name}"] = float(value)
     m = metrics
@@ -306,6 +332,8 @@ def summarize(cfg: CoverageConfig, arrays: dict) -> Summary:
         checks.equals("section-13 bound holds on every MDP for the oracle arms",
                       float(bound_fail_oracle), 0,
                       claim="the section-13 bound covers the returned policy's loss on every MDP where its hypotheses hold"),
+        checks.at_most("actor routing error within its section-13 envelope on every round", m["zeta_over_envelope_max"],
+                       1.0, claim="every actor call's routing error zeta_k stays below 2R/(1+R) (section 13)"),
         checks.close_to("section-13 sampling term at m = 6, alpha = 0.05", m["sampling_term_m6"],
                         PAPER["sampling_term_m6"], 0.005, paper=PAPER["sampling_term_m6"]),
         checks.close_to("section-13 sampling term at m = 24, alpha = 0.05", m["sampling_term_m24"],
