@@ -19,7 +19,7 @@ from pmd_jax.mdp import (
     uniform_policy,
 )
 from pmd_jax.pmd import pmd_step
-from pmd_jax.reversal import closed_form_cell, decoder_cell
+from pmd_jax.reversal import closed_form_cell, decoder_cell, reversal_threshold
 
 
 def _family(S=3, A=2, gamma=0.9):
@@ -108,6 +108,19 @@ def test_witness_replay_matches_closed_form_on_a_grid():
             b = jax.vmap(lambda e, k=kappa, m=masked: closed_form_cell(e, k, m, 1.0, 0.8, 20.0))(etas)
             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
                 np.testing.assert_allclose(x, y, atol=1e-12)
+
+
+@pytest.mark.parametrize("c, gamma, kappa", [(2.0, 0.9, 8.0), (0.5, 0.7, 4.0), (1.0, 0.8, 12.0)])
+def test_reversal_threshold_is_the_sign_change_of_the_closed_form_gain(c, gamma, kappa):
+    """(1 - gamma) kappa / c against the root of the section-14 gain found by bisection (nu large, so the
+    query tokens do not move it); c != 1 and gamma != 0.8 tell kappa / c from kappa c and the (1 - gamma) factor."""
+    gain = lambda eta: float(closed_form_cell(eta, kappa, False, c, gamma, 60.0).gain_implemented)
+    lo, hi = 1e-6, 60.0
+    assert gain(lo) > 0 > gain(hi)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
+    assert float(reversal_threshold(kappa, c, gamma)) == pytest.approx(lo, rel=1e-9)
 
 
 def test_affine_weight_construction_equals_direct_numpy():
