@@ -6,6 +6,7 @@ import numpy as np
 from pmd_jax import decoder
 from pmd_jax.loop import closed_loop, decoder_critic, exact_critic
 from pmd_jax.mdp import RandomMDPFamily, bellman_operator, uniform_policy
+from pmd_jax.pmd import pmd_step
 from pmd_jax.sampling import Arm, sample_packet
 
 S, A, N_MAX = 4, 3, 4 * 3 * 24
@@ -117,3 +118,35 @@ def test_loop_records_residuals_against_the_exact_backup():
     critic = decoder_critic(params, layout, mdp, Arm.BALANCED, 6, N_MAX)
     q1 = critic(jax.random.split(jax.random.key(0), 5)[0], pi1, Q0, 0).Q_next
     np.testing.assert_allclose(sampled.delta[0], np.max(np.abs(q1 - bellman_operator(mdp, pi1, Q0))), rtol=1e-6)
+
+
+def test_packet_rewards_are_those_of_the_sampled_pair_on_every_arm():
+    """A transition (s, a, r, s', a') carries r = R(s, a) of its own pair, not of the successor (R distinct per pair)."""
+    mdp = _mdp()
+    R = np.asarray(mdp.R)
+    assert len(np.unique(R)) == R.size
+    for arm in (Arm.BALANCED, Arm.UNIFORM_PAIRS, Arm.ON_POLICY, Arm.EXPLORING):
+        tr = _np(_packets(arm, 6, uniform_policy(S, A)).transitions)
+        for b in range(tr.s.shape[0]):
+            for i in np.flatnonzero(tr.valid[b]):
+                assert tr.r[b, i] == R[tr.s[b, i], tr.a[b, i]], (arm, b, i)
+
+
+def test_loop_routing_error_is_measured_against_pmd_of_the_old_policy():
+    """zeta_k = max_s ||pi_hat_{k+1}(.|s) - PMD(pi_k, Q_k)(.|s)||_1: an actor that is exactly PMD has zeta = 0 on
+    every round; an actor that returns the uniform policy has, by hand, ||uniform - PMD(pi_k, Q_k)||_1 with pi_k
+    uniform and Q_k the exact critic's iterates."""
+    mdp = _mdp(1)
+    pi0, Q0 = uniform_policy(S, A, jnp.float64), jnp.zeros((S, A))
+    exact = closed_loop(jax.random.key(0), mdp, pmd_step, exact_critic(mdp), pi0, Q0, 0, 0.8, 4)
+    assert float(np.max(exact.zeta)) < 1e-12
+    stay = lambda pi, Q, eta: pi0
+    trace = closed_loop(jax.random.key(0), mdp, stay, exact_critic(mdp), pi0, Q0, 0, 0.8, 4)
+    Q, expected = np.zeros((S, A)), []
+    P, R, u = np.asarray(mdp.P), np.asarray(mdp.R), np.full((S, A), 1.0 / A)
+    for _ in range(4):
+        w = u * np.exp(0.8 * Q)
+        expected.append(np.max(np.abs(u - w / w.sum(1, keepdims=True)).sum(1)))
+        Q = R + 0.8 * np.einsum("xay,y->xa", P, (u * Q).sum(1))
+    np.testing.assert_allclose(trace.zeta, expected, rtol=1e-6, atol=1e-9)
+    assert expected[1] > 1e-3
