@@ -180,3 +180,25 @@ def test_loop_defect_uses_old_policy(seed):
     wrong = np.array([_np_greedy_defect(P, pis[k + 1], Qs[k]) for k in range(rounds)])
     np.testing.assert_allclose(dbar, want, rtol=1e-9, atol=1e-12)
     assert np.max(np.abs(want - wrong)) > 1e-3  # the check discriminates the two readings
+
+
+def _np_leak_by_enumeration(S, A, kappa, nu, n, m_min):
+    """The two leaked-mass bounds of section 13 by enumerating the tokens a row sees, with the score each gets
+    (docs/pmd.md section 4): a lookup row for (s', a') scores memory (x, b) at kappa [x = s'] + kappa [b = a'] and
+    each of the n transitions at -nu; an evaluation row for (s, a) has at least m_min matching transitions at
+    2 kappa, at worst every other transition at kappa, and the S A memories and S A evaluation queries at -nu."""
+    target = (0, 0)
+    lookup_leak = sum(np.exp(kappa * (x == target[0]) + kappa * (b == target[1]))
+                      for x in range(S) for b in range(A) if (x, b) != target)
+    lookup_leak += n * np.exp(-nu)
+    eval_leak = n * np.exp(kappa) + 2 * S * A * np.exp(-nu)
+    return lookup_leak / np.exp(2 * kappa), eval_leak / (m_min * np.exp(2 * kappa))
+
+
+@pytest.mark.parametrize("S,A,kappa,nu,n,m_min", [(4, 3, 2.0, 1.0, 10, 3), (2, 5, 0.5, 3.0, 40, 1), (6, 2, 4.0, 0.2, 7, 2)])
+def test_critic_leak_bounds_by_enumeration(S, A, kappa, nu, n, m_min):
+    """Every term of lambda_1 and lambda_2 matters at these sizes (a dropped term or factor moves them by > 1e-6)."""
+    with jax.enable_x64(True):
+        lam1, lam2 = bound.critic_leak_bounds(S, A, jnp.float64(kappa), jnp.float64(nu), n, m_min)
+    want1, want2 = _np_leak_by_enumeration(S, A, kappa, nu, n, m_min)
+    np.testing.assert_allclose([float(lam1), float(lam2)], [want1, want2], rtol=1e-10, atol=0)
