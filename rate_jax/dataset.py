@@ -75,6 +75,18 @@ def generate(key: jax.Array, corridor_lengths: jax.Array, max_steps: int) -> Tra
     return jax.vmap(_episode, in_axes=(0, 0, None))(keys, corridor_lengths, max_steps)
 
 
+def mirror(traj: Trajectories) -> Trajectories:
+    """The same trajectories with the goal on the other side: cue, goal side, y and the turn negated.
+
+    T-Maze is symmetric in y, so this is exactly the oracle trajectory that the other goal
+    side would give with the same noise observations (tested against a forced reset).
+    """
+    flip_y = jnp.asarray([-1.0, -1.0, 1.0, 1.0])  # (y, cue, junction flag, noise)
+    swap = jnp.asarray([tmaze.RIGHT, tmaze.DOWN, tmaze.LEFT, tmaze.UP], jnp.int32)  # UP <-> DOWN
+    actions = jnp.where(traj.action_mask > 0, swap[traj.actions], traj.actions)
+    return traj.replace(obs=traj.obs * flip_y, actions=actions, goal_y=-traj.goal_y)
+
+
 def sample_corridor_lengths(key: jax.Array, choices: tuple[int, ...], num: int) -> jax.Array:
     """``num`` corridor lengths drawn uniformly from ``choices`` (int32 [num])."""
     return jax.random.choice(key, jnp.asarray(np.asarray(choices, np.int32)), (num,))

@@ -25,6 +25,12 @@ Summing over the m rows and using ||M_n||_F^2 = m (A1):
 
 Each assumption is needed: :func:`counterexample` gives instances where the bound
 fails once (A1), (A3) or (A4) is dropped.
+
+A trained MRV (``rate_jax.mrv.MRV``: H heads, affine W_V and W_M) is again one convex
+combination (:func:`mrv_convex_form`): each head's attention rows sum to one, so
+M_{n+1} = sum_h sum_j A^h_ij (v^h_j W_M^h) + b_M = sum_{h,j} (A^h_ij / H) vt_{hj} with
+vt_{hj} = H v^h_j W_M^h + b_M, W_M^h the rows of W_M acting on head h's slice. The
+assumptions are then tested on the H*m effective value rows vt, m replaced by H*m.
 """
 from __future__ import annotations
 
@@ -70,6 +76,32 @@ def retention_ratio(memory: jax.Array, updated: jax.Array) -> jax.Array:
     """||M_{n+1} - M_n||_F / ||M_n||_F [...]."""
     diff = jnp.linalg.norm(updated - memory, axis=(-1, -2))
     return diff / jnp.linalg.norm(memory, axis=(-1, -2))
+
+
+def mrv_convex_form(mrv_params: dict, new: jax.Array, attention: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The MRV update as one convex combination: (weights [..., m, H*m], effective values [..., H*m, d]).
+
+    ``mrv_params``: the parameters of one ``MRV`` (``w_v``, ``w_m``); ``new`` [..., m, d]:
+    the written memory after the activation (the MRV's keys and values); ``attention``
+    [..., H, m, m] as the MRV returns it. ``weights @ values`` is the MRV's output, row
+    (h, j) of the values is vt_{hj} = H v^h_j W_M^h + b_M and its weight A^h_ij / H.
+    """
+    h, m = attention.shape[-3], attention.shape[-1]
+    d = new.shape[-1]
+    v = new @ mrv_params["w_v"]["kernel"] + mrv_params["w_v"]["bias"]
+    v = v.reshape(v.shape[:-1] + (h, d // h))  # [..., m, H, d/H]
+    w_m = mrv_params["w_m"]["kernel"].reshape(h, d // h, -1)  # W_M^h: the rows acting on head h
+    values = h * jnp.einsum("...jhk,hkd->...hjd", v, w_m) + mrv_params["w_m"]["bias"]  # [..., H, m, d]
+    values = values.reshape(values.shape[:-3] + (h * m, values.shape[-1]))
+    weights = jnp.moveaxis(attention, -3, -2).reshape(attention.shape[:-3] + (m, h * m)) / h
+    return weights, values
+
+
+def cue_separation(memory: jax.Array, mirrored: jax.Array) -> jax.Array:
+    """||M - M'||_F / mean(||M||_F, ||M'||_F) [...]: how far apart two memories [..., m, d] are,
+    e.g. those of a trajectory and of its mirror (the other cue), relative to their size."""
+    diff = jnp.linalg.norm(memory - mirrored, axis=(-1, -2))
+    return diff / (0.5 * (jnp.linalg.norm(memory, axis=(-1, -2)) + jnp.linalg.norm(mirrored, axis=(-1, -2))))
 
 
 def sample_instances(key: jax.Array, num: int, m: int, d: int, alpha: float):

@@ -103,3 +103,21 @@ def test_oracle_dataset_structure_and_solves_every_maze():
 def test_segment_corridor_lengths():
     assert segment_corridor_lengths(5, 3) == (3, 8, 13)
     assert segment_corridor_lengths(50, 3) == (48, 98, 148)  # the authors' T = 50, 100, 150
+
+
+def test_mirror_is_the_other_goal_side_s_oracle_trajectory(monkeypatch):
+    """mirror(trajectory with goal g) equals the oracle trajectory generated with goal -g (same keys)."""
+    reset = tmaze.reset
+
+    def generate_with_goal(goal):
+        with monkeypatch.context() as mp:
+            mp.setattr(tmaze, "reset", lambda key, p: (lambda o, s: (o.at[1].set(goal), s.replace(
+                goal_y=jnp.int32(goal))))(*reset(key, p)))
+            return dataset.generate(jax.random.key(4), jnp.asarray([3, 7, 10]), 12)
+
+    up, down = generate_with_goal(1), generate_with_goal(-1)
+    assert (np.asarray(up.goal_y) == 1).all() and (np.asarray(down.goal_y) == -1).all()
+    assert np.abs(np.asarray(up.obs) - np.asarray(down.obs)).max() > 0  # the pair differs
+    for name in ("obs", "actions", "rtg", "action_mask", "corridor_length", "goal_y"):
+        np.testing.assert_array_equal(np.asarray(getattr(dataset.mirror(up), name)), np.asarray(getattr(down, name)),
+                                      err_msg=name)

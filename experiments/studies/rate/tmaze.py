@@ -2,38 +2,51 @@
 
 Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXiv
 2306.09459, ICLR 2026 version), the T-Maze generalisation experiment (success rate
-against inference corridor length, RATE against DT, RMT and TrXL) and the ablation
-that replaces the memory embeddings by random noise at inference. Claims: trained on
-oracle trajectories of at most K*N steps, RATE solves every in-distribution length and
-stays usable far beyond it (9,600 steps at paper size); DT falls to chance (~50%) once
-the cue leaves its context; noise in place of the memory tokens drops RATE to ~50%.
+against inference corridor length) and the ablations. Claims: trained on oracle
+trajectories of at most K*N steps, RATE solves every in-distribution length and stays
+usable far beyond it (9,600 steps at paper size); DT falls to chance (~50%) once the
+cue leaves its context; TrXL (cache only) behaves like DT; RMT (memory tokens passed on
+without a valve) and RATE without the MRV lose the sparse cue at long range, because
+nothing keeps later updates from overwriting it; noise in place of the memory tokens
+drops RATE to ~50%.
 
 Every model is a configuration of ``rate_jax.RATE`` (``rate_jax.variant``). For each
 model, all seeds train in one vmapped program, chunked and checkpointed by
 ``sweep.run_chunks`` (``rate_jax.make_chunk``, with the per-step loss and gradient norm
 recorded inside the compiled loop), guarded against a non-finite loss; then one vmapped
 program evaluates every seed on every corridor length (``rate_jax.make_evaluate``). All
-models see the same data (same keys) and the same hyper-parameters (the authors tune
-DT/RMT/TrXL separately; one shared setting is our simplification). DT's evaluation
-restarts its context every K*N steps instead of sliding it (see ``rate_jax.evaluate``).
+models see the same data (the same seed keys ``seed_keys(seeds, stream)``) and the same
+hyper-parameters (the authors tune DT/RMT/TrXL separately; one shared setting is our
+simplification). DT's evaluation restarts its context every K*N steps instead of
+sliding it (see ``rate_jax.evaluate``). Variants whose configuration coincides are
+trained once: the authors' T-Maze RATE has no cache (``mem_len = 0``, both presets),
+so RATE-noMRV *is* RMT (memory tokens, no valve, no cache) and their metrics are equal.
+
+What the information flow forces (tested in ``tests/rate_jax/test_rate_information_flow.py``,
+not checked here): DT cannot read a cue that lies outside its K*N-step context, and
+TrXL's cache reaches back at most ``n_layer * mem_len`` tokens (36 steps at quick size,
+so not to the cue of the longest corridor); both must guess there, and
+``dt_success_beyond_context`` and ``success_longest_{dt,trxl}`` are reported as metrics.
+Likewise ``rate_success_memory_noise`` (RATE with every memory passed between segments
+replaced by noise, ``tests/rate_jax/test_rate_planted_bugs.py``) is a metric.
 
 Checks, and how each could fail:
 
 * ``rate_success_in_distribution_min`` >= 0.9 (paper 1.0): the worst training corridor
   length, averaged over seeds. Fails if RATE does not carry the cue across segments
   (a broken memory write, mask or MRV) or does not learn to walk the corridor.
-* ``dt_success_beyond_context`` in [0.35, 0.65] (paper ~0.5): DT on corridors whose cue
-  lies outside its K*N-step context. Fails high if the cue leaks to DT past its
-  context (e.g. an evaluation that keeps more than K*N steps in context, or a cue
-  left in later observations), low if DT does not even walk the corridor.
 * ``rate_success_longest`` >= 0.7: RATE at the longest evaluated corridor (~3x the
   training length at quick size). Fails if the memory update drifts when iterated
   beyond the training segments (the cue is lost or flipped).
-* ``rate_success_memory_noise`` in [0.35, 0.65] (paper ~0.5): RATE with every memory
-  passed between segments replaced by noise, on training corridors where the cue
-  must cross a segment boundary. Fails high if the cue reaches the junction by
-  another path than the memory tokens (e.g. the cache), low if the noise also breaks
-  the walking.
+* ``rate_minus_{rmt,trxl,rate_no_mrv,dt}_longest`` >= 0.1: RATE's success at the longest
+  corridor minus the baseline's (means over seeds). Against DT and TrXL it fails if RATE
+  itself is not clearly above chance there; against RMT and RATE-noMRV (which can
+  carry the cue in their memory tokens) it fails if memory without the valve
+  generalises as well as RATE, i.e. if the MRV is not what keeps the cue. At quick size
+  these two pass on the screening seeds (RATE 0.98, RMT 0.80, QUICK comment) and fail on
+  the judged seeds (RATE 0.90, RMT = RATE-noMRV 0.82: 0.08 < 0.1; one of three seeds of
+  each drops to ~0.5-0.7 at corridor 58), i.e. RATE's advantage over memory without the
+  valve is within seed noise at this size; reported as measured, no size tuned after.
 """
 from __future__ import annotations
 
@@ -54,6 +67,11 @@ PAPER = {
     "rate_success_memory_noise": 0.5,
 }
 NOISE = "RATE+memory noise"  # RATE evaluated with noise in place of the memory passed between segments
+METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl", "RATE-noMRV": "rate_no_mrv",
+                "RATE-nocache": "rate_no_cache"}
+BASELINES = ("RMT", "TrXL", "RATE-noMRV", "DT")  # compared with RATE at the longest corridor, when run
+MARGIN = 0.1  # RATE's success minus a baseline's at the longest corridor must reach this
+EVAL_TAG = 1  # a seed's evaluation key is fold_in(its training key, EVAL_TAG)
 
 
 def _need(cond: bool, field: str, allowed: str, value) -> None:
@@ -66,9 +84,10 @@ class TMazeStudyConfig:
     """Sizes of the study. ``base`` is RATE; baselines come from ``rate_jax.variant``.
 
     ``seeds`` models per variant train in one vmapped program (keys
-    ``split(PRNGKey(seed), seeds)``), ``num_steps`` steps in ``chunks`` checkpointed
-    chunks; each seed is evaluated on ``episodes`` episodes of every ``eval_corridors``
-    length (evaluation key ``PRNGKey(seed + 1)``).
+    ``experiments.seeds.seed_keys(seeds, stream)``: ``stream`` 0 are the judged seeds, 1
+    the screening seeds), ``num_steps`` steps in ``chunks`` checkpointed chunks; each seed
+    is evaluated on ``episodes`` episodes of every ``eval_corridors`` length (its
+    evaluation key is ``fold_in(training key, EVAL_TAG)``, the same for every variant).
     """
 
     base: rate_jax.ModelConfig
@@ -86,7 +105,7 @@ class TMazeStudyConfig:
     eval_corridors: tuple[int, ...]
     episodes: int
     detach_memory: bool = False
-    seed: int = 0
+    stream: int = seeds.JUDGED
 
     def __post_init__(self):
         _need(self.base.segment_len >= 3, "base.segment_len", "an integer >= 3 (T-Maze data)", self.base.segment_len)
@@ -108,6 +127,8 @@ class TMazeStudyConfig:
         _need(max(self.train_corridors) in x, "eval_corridors",
               f"a tuple containing the longest training corridor {max(self.train_corridors)}", x)
         _need(max(x) > self.context_steps, "eval_corridors", f"a tuple reaching beyond K*N = {self.context_steps}", x)
+        _need(isinstance(self.stream, int) and self.stream >= 0, "stream",
+              f"an integer >= 0 ({seeds.JUDGED}: judged seeds, {seeds.SCREENING}: screening seeds)", self.stream)
 
     @property
     def context_steps(self) -> int:
@@ -146,22 +167,28 @@ class TMazeStudyConfig:
 # for an f that restores the cue (a stable cue state) rather than any f whose first iterate
 # happens to read right; d 64 lets dropout-trained models learn in 400 steps, and the smaller
 # batch (more gradient noise, also half the cost) makes this hold across seeds.
-# 8-seed screen, success at corridor 58 (seeds at 1.0): d 32: 0.50 (1/8); d 32 + dropout 0.1:
-# 0.68 (3/8, 400 steps), 0.82 (5/8, 800 steps); d 64: 0.57 (1/8); d 64 + dropout 0.1, batch 32:
-# 0.80 (5/8); batch 16: 0.96 (7/8, the 8th 0.69; every seed 1.0 up to corridor 34).
-# Dropout 0.2 does not train in 400 steps at d 32 (turn accuracy ~0.6).
+# History: these settings were first picked on an 8-seed screen that included the judged seeds
+# (success at corridor 58: d 32: 0.50; d 32 + dropout 0.1: 0.68 at 400 steps, 0.82 at 800;
+# d 64: 0.57; d 64 + dropout 0.1, batch 32: 0.80; batch 16: 0.96). Dropout 0.2 does not train in
+# 400 steps at d 32 (turn accuracy ~0.6).
+# Screening (stream SCREENING = 1, 5 seeds, disjoint from the judged seeds; `--set stream=1
+# --seeds 5`), this config with all five variants, success at corridor 58 (mean; per seed):
+# RATE 0.98 (0.96, 1, 1, 0.96, 1), RMT = RATE-noMRV 0.80 (1, 1, 0.46, 0.54, 1), TrXL 0.48, DT 0.49;
+# every variant 1.0 at the training corridors; at corridor 34: RATE 1.0, RMT 0.88, TrXL 0.71, DT 0.55.
+# So the comparisons at the longest corridor are a fair test at this size (RATE - RMT = 0.18 over
+# the 0.1 margin, carried by 2 of 5 seeds); no other candidate was screened on this stream.
 QUICK = TMazeStudyConfig(
     base=rate_jax.ModelConfig(segment_len=6, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=0,
                               num_mem_tokens=3, mem_len=0, n_head_ca=1, dropout=0.1),
-    num_segments=3, variants=("RATE", "DT"), seeds=3, num_steps=400, chunks=2, batch_size=16,
-    num_train=256, num_val=64, learning_rate=1e-3, warmup_steps=20, weight_decay=0.01,
+    num_segments=3, variants=("RATE", "RMT", "TrXL", "RATE-noMRV", "DT"), seeds=3, num_steps=400, chunks=2,
+    batch_size=16, num_train=256, num_val=64, learning_rate=1e-3, warmup_steps=20, weight_decay=0.01,
     eval_corridors=(4, 10, 16, 22, 34, 58), episodes=48)
 # The authors' T-Maze RATE (run_experiments/TMaze.sh): 10 layers, d 64, 4 heads x 32, no FFN,
 # m = 15, no cache, MRV with 2 heads and ReLU, K = 50, N = 3, batch 128, lr 3e-4, wd 0.01.
 FULL = TMazeStudyConfig(
     base=rate_jax.ModelConfig(segment_len=50, n_layer=10, d_model=64, n_head=4, d_head=32, d_inner=0,
                               num_mem_tokens=15, mem_len=0, n_head_ca=2, dropout=0.2),
-    num_segments=3, variants=("RATE", "DT", "RMT", "TrXL", "RATE-noMRV"), seeds=5, num_steps=10_000, chunks=20,
+    num_segments=3, variants=("RATE", "RMT", "TrXL", "RATE-noMRV", "DT"), seeds=5, num_steps=10_000, chunks=20,
     batch_size=128, num_train=6000, num_val=600, learning_rate=3e-4, warmup_steps=1000, weight_decay=0.01,
     eval_corridors=(48, 98, 148, 298, 598, 898, 2398, 4798, 9598), episodes=100)
 
@@ -173,7 +200,7 @@ def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
     teacher-forced validation turn accuracy [S]).
     """
     tcfg = config.train_config(name)
-    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)  # raw uint32 keys: checkpointable
+    keys = jnp.asarray(seeds.seed_keys(config.seeds, config.stream))  # raw uint32 keys: checkpointable
     per_chunk = config.num_steps // config.chunks
     state = seeds.train_chunked(ctx, f"ckpt_{name}", rate_jax.make_chunk(tcfg, config.chunks),
                                 rate_jax.init_chunked(tcfg, keys), config.chunks, model=name,
@@ -187,17 +214,25 @@ def evaluate_variant(config: TMazeStudyConfig, name: str, params, memory_noise: 
     model = config.train_config(name).model
     lengths = jnp.repeat(jnp.asarray(config.eval_corridors, jnp.int32), config.episodes)
     evaluate = rate_jax.make_evaluate(model, max(config.eval_corridors) + 2, memory_noise)
-    run = jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
-    result = run(params, jax.random.PRNGKey(config.seed + 1), lengths)
+    keys = jax.vmap(lambda k: jax.random.fold_in(k, EVAL_TAG))(jnp.asarray(seeds.seed_keys(config.seeds,
+                                                                                            config.stream)))
+    result = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)))(params, keys, lengths)
     s = result.success.shape[0]
     return np.asarray(result.success).reshape(s, len(config.eval_corridors), config.episodes).mean(-1)
 
 
 def compute(config: TMazeStudyConfig, ctx: RunContext) -> dict:
     """``success`` {model: [S, lengths]} (RATE also with memory noise), ``val_turn_accuracy``
-    {variant: [S]} and the training ``curves`` {variant: {loss, grad_norm: [S, num_steps]}}."""
-    success, turn, curves = {}, {}, {}
+    {variant: [S]} and the training ``curves`` {variant: {loss, grad_norm: [S, num_steps]}}.
+    A variant whose training configuration equals an earlier one's reuses its run."""
+    success, turn, curves, done = {}, {}, {}, {}
     for name in config.variants:
+        tcfg = config.train_config(name)
+        if tcfg in done:
+            first = done[tcfg]
+            success[name], curves[name], turn[name] = success[first], curves[first], turn[first]
+            continue
+        done[tcfg] = name
         state, curves[name], turn[name] = train_variant(config, name, ctx)
         success[name] = evaluate_variant(config, name, state.params)
         if name == "RATE":
@@ -206,12 +241,8 @@ def compute(config: TMazeStudyConfig, ctx: RunContext) -> dict:
             "val_turn_accuracy": turn, "curves": curves}
 
 
-def _key(name: str) -> str:
-    return name.lower().replace("-", "_")
-
-
 def summarize(config: TMazeStudyConfig, arrays: dict) -> Summary:
-    """Success rates by corridor class, validation accuracy and final loss per variant, the four checks."""
+    """Success rates by corridor class, validation accuracy and final loss per variant; the checks."""
     success, turn, curves = arrays["success"], arrays["val_turn_accuracy"], arrays["curves"]
     mask = config.masks()
     in_dist, beyond, crosses = mask["in_distribution"], mask["beyond_context"], mask["crosses_segment"]
@@ -226,23 +257,25 @@ def summarize(config: TMazeStudyConfig, arrays: dict) -> Summary:
     }
     tail = max(1, config.num_steps // 20)
     for name in config.variants:
-        metrics[f"{_key(name)}_success_beyond_training"] = np.asarray(success[name])[:, beyond].mean()
-        metrics[f"{_key(name)}_val_turn_accuracy"] = np.asarray(turn[name]).mean()
-        metrics[f"{_key(name)}_final_loss"] = np.asarray(curves[name]["loss"])[:, -tail:].mean()
-        metrics[f"{_key(name)}_final_grad_norm"] = np.asarray(curves[name]["grad_norm"])[:, -tail:].mean()
+        key = METRIC_NAMES[name]
+        metrics[f"success_longest_{key}"] = np.asarray(success[name])[:, -1].mean()
+        metrics[f"{key}_success_beyond_training"] = np.asarray(success[name])[:, beyond].mean()
+        metrics[f"{key}_val_turn_accuracy"] = np.asarray(turn[name]).mean()
+        metrics[f"{key}_final_loss"] = np.asarray(curves[name]["loss"])[:, -tail:].mean()
+        metrics[f"{key}_final_grad_norm"] = np.asarray(curves[name]["grad_norm"])[:, -tail:].mean()
+    baselines = [b for b in BASELINES if b in config.variants]
+    for name in baselines:
+        key = METRIC_NAMES[name]
+        metrics[f"rate_minus_{key}_longest"] = metrics["success_longest_rate"] - metrics[f"success_longest_{key}"]
     metrics = {k: float(v) for k, v in metrics.items()}
     found = [
         checks.at_least("rate_success_in_distribution_min", metrics["rate_success_in_distribution_min"], 0.9,
                         paper=PAPER["rate_success_in_distribution_min"],
                         claim="RATE solves every in-distribution corridor length"),
-        checks.between("dt_success_beyond_context", metrics["dt_success_beyond_context"], 0.35, 0.65,
-                       paper=PAPER["dt_success_beyond_context"],
-                       claim="DT falls to chance once the cue leaves its context"),
         checks.at_least("rate_success_longest", metrics["rate_success_longest"], 0.7,
                         claim="RATE stays usable far beyond its training length"),
-        checks.between("rate_success_memory_noise", metrics["rate_success_memory_noise"], 0.35, 0.65,
-                       paper=PAPER["rate_success_memory_noise"],
-                       claim="noise in place of the memory tokens drops RATE to chance"),
+        *[checks.at_least(f"rate_minus_{METRIC_NAMES[b]}_longest", metrics[f"rate_minus_{METRIC_NAMES[b]}_longest"],
+                          MARGIN, claim=f"RATE above {b} at the longest corridor") for b in baselines],
     ]
     table = {"corridor_length": list(config.eval_corridors), **{k: v.tolist() for k, v in mask.items()},
              **{name: np.asarray(s).mean(0).tolist() for name, s in success.items()}}
