@@ -37,6 +37,7 @@ from regret_jax.games import (
 from regret_jax.learners import (
     Learner,
     Rollout,
+    SwapState,
     attention_learner,
     run_online,
     sequence_model_learner,
@@ -97,6 +98,7 @@ __all__ = [
     "Root",
     "SelfPlay",
     "SimplexAttention",
+    "SwapState",
     "TrainConfig",
     "TrainOutput",
     "WEIGHTED_RPS",

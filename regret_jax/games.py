@@ -13,6 +13,8 @@ Gaps of a joint distribution sigma [m, n] (docs/regret.md §9.3, 10.6), each a m
 """
 from __future__ import annotations
 
+from typing import Any
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -118,6 +120,8 @@ class SelfPlay:
     gap_cce: jax.Array  # [T] gap of sigma_t = (1/t) sum_{s<=t} x_s y_s^T
     gap_ce: jax.Array  # [T]
     gap_swap: jax.Array  # [T]
+    row_state: Any  # row learner's state after the last round (e.g. the swap learner's fixed-point report)
+    col_state: Any  # column learner's state after the last round
 
 
 def self_play(row: Learner, col: Learner, params: GameParams, T: int) -> SelfPlay:
@@ -138,7 +142,7 @@ def self_play(row: Learner, col: Learner, params: GameParams, T: int) -> SelfPla
 
     _, env_state = reset(None, params)
     carry = (env_state, row.init(row.params), col.init(col.params))
-    _, (actions, feedback, gaps) = jax.lax.scan(round_, carry, None, length=T)
+    (_, row_state, col_state), (actions, feedback, gaps) = jax.lax.scan(round_, carry, None, length=T)
     return SelfPlay(
         row_policy=actions.row,
         col_policy=actions.col,
@@ -147,4 +151,6 @@ def self_play(row: Learner, col: Learner, params: GameParams, T: int) -> SelfPla
         gap_cce=gaps[0],
         gap_ce=gaps[1],
         gap_swap=gaps[2],
+        row_state=row_state,
+        col_state=col_state,
     )

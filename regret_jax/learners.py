@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from regret_jax.attention import head_matrix, token_contributions
-from regret_jax.fixed_point import fixed_point
+from regret_jax.fixed_point import fixed_point_with_residual
 
 
 @struct.dataclass
@@ -66,17 +66,38 @@ def attention_learner(head_params: dict) -> Learner:
     return Learner(head_params, _attention_init, _attention_act, _attention_observe)
 
 
+@struct.dataclass
+class SwapState:
+    """State of :func:`swap_learner`: the heads' running logits and the fixed point they define.
+
+    ``x`` is FixedPoint(Q) for the current logits (the policy of the next round) and
+    ``converged`` its :class:`regret_jax.FixedPointResult` flag; ``nonconverged`` counts the
+    rounds played so far whose fixed point did not converge (a played x that is not a fixed point).
+    """
+
+    logits: jax.Array  # [d heads, d] u_{j,t-1}
+    x: jax.Array  # [d] FixedPoint(Q_t), Q_t = [softmax(u_{1,t-1}), ...]
+    converged: jax.Array  # bool, convergence flag of x
+    nonconverged: jax.Array  # int32, played rounds whose fixed point did not converge
+
+
+def _swap_state(logits: jax.Array, nonconverged: jax.Array) -> SwapState:
+    res = fixed_point_with_residual(head_matrix(jax.nn.softmax(logits, axis=-1)))
+    return SwapState(logits=logits, x=res.x, converged=res.converged, nonconverged=nonconverged)
+
+
 def _swap_init(params):
-    return jnp.zeros_like(params["heads"]["v"])  # [d heads, d]
+    return _swap_state(jnp.zeros_like(params["heads"]["v"]), jnp.zeros((), jnp.int32))  # [d heads, d]
 
 
-def _swap_act(params, logits):
-    return fixed_point(head_matrix(jax.nn.softmax(logits, axis=-1)))
+def _swap_act(params, state):
+    return state.x
 
 
-def _swap_observe(params, logits, policy, loss):
+def _swap_observe(params, state, policy, loss):
     z = params["calibration"] * jnp.outer(policy, loss).reshape(-1)
-    return logits + jax.vmap(token_contributions, in_axes=(0, None))(params["heads"], z)
+    logits = state.logits + jax.vmap(token_contributions, in_axes=(0, None))(params["heads"], z)
+    return _swap_state(logits, state.nonconverged + jnp.logical_not(state.converged).astype(jnp.int32))
 
 
 def swap_learner(head_params: dict, calibration=1.0) -> Learner:
@@ -88,7 +109,8 @@ def swap_learner(head_params: dict, calibration=1.0) -> Learner:
     head's running sum.  ``calibration`` c_d is the dimension-only calibration of
     section 4.1 (docs/regret.md §10.6: d, sqrt(d) or 1); it is a leaf, so it can be swept.
     With :func:`regret_jax.attention.bm_params` and c_d = 1 this is exact Blum-Mansour
-    with Hedge copies, Eq. (56).
+    with Hedge copies, Eq. (56).  The state is a :class:`SwapState`; after T rounds its
+    ``nonconverged`` counts the played fixed points that did not converge (callers must check it).
     """
     params = {"heads": head_params, "calibration": jnp.asarray(calibration, head_params["v"].dtype)}
     return Learner(params, _swap_init, _swap_act, _swap_observe)
@@ -127,6 +149,7 @@ class Rollout:
 
     policies: jax.Array  # [T, d] played policies
     states: Any  # learner state before each decision, stacked on a leading T axis
+    final_state: Any  # learner state after the last loss
 
 
 def run_online(learner: Learner, losses: jax.Array) -> Rollout:
@@ -137,5 +160,5 @@ def run_online(learner: Learner, losses: jax.Array) -> Rollout:
         policy = learner.act(learner.params, state)
         return learner.observe(learner.params, state, policy, loss), (policy, state)
 
-    _, (policies, states) = jax.lax.scan(round_, learner.init(learner.params), losses)
-    return Rollout(policies=policies, states=states)
+    final, (policies, states) = jax.lax.scan(round_, learner.init(learner.params), losses)
+    return Rollout(policies=policies, states=states, final_state=final)

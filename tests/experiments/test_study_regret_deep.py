@@ -104,7 +104,8 @@ def test_deep_summarize_on_synthetic_curves():
     assert check.name == "2layer_far_below_uniform" and check.value == pytest.approx(0.5) and not check.passed  # 0.5 is not < 0.5
 
 
-@pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale")])
+@pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale"),
+                                           ({"stream": 2}, "stream")])
 def test_deep_config_validates(kwargs, field):
     tc = rj.TrainConfig(model="transformer", d=3, T=6)
     with pytest.raises(ValueError, match=field):

@@ -63,7 +63,7 @@ def test_summarize_on_synthetic_seeds():
 
 
 @pytest.mark.parametrize("kwargs, field", [({"num_seeds": 1}, "num_seeds"), ({"heldout_sequences": 50}, "heldout_sequences"),
-                                           ({"train": rj.TrainConfig(model="multihead")}, "train.model")])
+                                           ({"train": rj.TrainConfig(model="multihead")}, "train.model"), ({"stream": -1}, "stream")])
 def test_match_config_validates(kwargs, field):
     with pytest.raises(ValueError, match=field):
         MatchConfig(**{"train": QUICK.train, **kwargs})

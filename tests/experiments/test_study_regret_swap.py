@@ -1,58 +1,97 @@
-"""regret.swap: a tiny run (compute, summarize, write) and the summary on synthetic gap curves."""
+"""regret.swap: a tiny run (compute, summarize, write), the horizon read-out and the checks on synthetic gap curves."""
 import numpy as np
 import pytest
 
 import regret_jax as rj
 from experiments.registry import RunContext
-from experiments.studies.regret.swap import SwapConfig, compute, summarize, write
+from experiments.studies.regret.swap import CALIBRATIONS, SwapConfig, compute, horizon_metrics, step_grid, summarize, write
 
-TINY = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=6, batch_size=8, num_steps=10), T=6, num_seeds=2,
-                  scan_sequences=1000)
+TINY = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=3, batch_size=8, num_steps=10), horizons=(1, 2), num_seeds=2,
+                  num_etas=4, scan_sequences=1000)
+CHECKS = ["learned_ce_far_below_uniform", "learned_swap_far_below_uniform", "learned_ce_within_2x_tuned_bm",
+          "calibration_lowers_ce_gap", "fixed_points_converged"]
 
 
 def test_swap_study_tiny(tmp_path):
     arrays = compute(TINY, RunContext(study="regret.swap", quick=True, out_dir=tmp_path))
+    E = TINY.num_etas + len(TINY.horizons)
     assert arrays["curves"]["multihead"]["loss"].shape == (2, 10)
-    assert set(arrays["gaps"]) == {"uniform", "ftrl", "bm", "learned_d", "learned_sqrtd", "learned_uncalibrated"}
-    assert arrays["gaps"]["learned_d"]["gap_ce"].shape == (2, 6) and arrays["gaps"]["bm"]["gap_swap"].shape == (6,)
-    summary = summarize(TINY, arrays)
-    assert summary.metrics["gap_ce_uniform"] == pytest.approx(2 / 9, abs=1e-6)
-    assert summary.metrics["gap_swap_uniform"] == pytest.approx(1 / 3, abs=1e-6)
-    assert {c.name: c.passed for c in summary.checks}["uniform_ce_is_2_9"]
-    write(TINY, arrays, summary, tmp_path)
-    saved = np.load(tmp_path / "gap_curves.npz")
-    assert {"uniform_gap_ce", "bm_gap_swap", "learned_d_seed1_gap_cce", "learned_uncalibrated_seed0_gap_ce"} <= set(saved)
-    np.testing.assert_array_equal(saved["learned_sqrtd_seed1_gap_ce"], arrays["gaps"]["learned_sqrtd"]["gap_ce"][1])
-
-
-def _gaps(final_ce, T=5):
-    """Gap curves that fall linearly from 1/3 to ``final_ce`` (gap_swap = 1.5 gap_ce, gap_cce = gap_ce)."""
-    def curve(v):
-        ce = np.linspace(1 / 3, v, T) if np.ndim(v) == 0 else np.stack([np.linspace(1 / 3, x, T) for x in v])
-        return {"gap_ce": ce, "gap_swap": 1.5 * ce, "gap_cce": ce}
-    return {k: curve(v) for k, v in final_ce.items()}
-
-
-def test_swap_summarize_on_synthetic_gaps():
-    gaps = _gaps({"uniform": 2 / 9, "ftrl": 0.1, "bm": 0.05, "learned_d": [0.02, 0.04], "learned_sqrtd": [0.1, 0.1],
-                  "learned_uncalibrated": [0.2, 0.2]})
-    arrays = {"gaps": gaps, "root": {"eta_star": np.asarray(0.4), "se": np.asarray(0.01)},
-              "curves": {"multihead": {"loss": np.ones((2, 8))}}}
+    assert arrays["gaps"]["learned"]["gap_ce"].shape == (3, 2, 6) and arrays["gaps"]["bm"]["gap_swap"].shape == (E, 6)
+    assert arrays["gaps"]["uniform"]["gap_ce"].shape == (6,) and arrays["etas"].shape == (E,)
+    assert arrays["nonconverged"]["learned"].shape == (3, 2) and arrays["nonconverged"]["bm"].shape == (E,)
     summary = summarize(TINY, arrays)
     m = summary.metrics
-    assert m["gap_ce_learned"] == pytest.approx(0.03) and m["gap_swap_learned"] == pytest.approx(0.045)
-    assert m["gap_ce_uncalibrated"] == pytest.approx(0.2) and m["gap_ce_bm"] == pytest.approx(0.05)
-    assert [c.passed for c in summary.checks] == [True, True, True, True]
-    assert summary.checks[0].value == pytest.approx(0.03 / (2 / 9))
-    worse = summarize(TINY, {**arrays, "gaps": {**gaps, **_gaps({"bm": 0.15, "learned_d": [0.2, 0.2]})}})
-    assert [c.passed for c in worse.checks] == [False, False, False, True]
-    assert summary.tables["table"]["learner"] == list(gaps)
+    assert m["gap_ce_uniform_t6"] == pytest.approx(2 / 9, abs=1e-6) and m["gap_swap_uniform_t3"] == pytest.approx(1 / 3, abs=1e-6)
+    assert m["nonconverged_fraction_learned"] == 0 and m["nonconverged_fraction_bm"] == 0
+    assert [c.name for c in summary.checks] == CHECKS and summary.checks[-1].passed
+    assert summary.tables["table"]["H"] == [3, 6]
+    write(TINY, arrays, summary, tmp_path)
+    saved = np.load(tmp_path / "gap_curves.npz")
+    assert {"etas", "uniform_gap_ce", "bm_gap_swap", "ftrl_gap_ce", "learned_d_gap_cce", "learned_uncalibrated_gap_ce"} <= set(saved)
+    np.testing.assert_array_equal(saved["learned_sqrtd_gap_ce"], arrays["gaps"]["learned"]["gap_ce"][1])
 
 
-def test_swap_config_validates():
-    with pytest.raises(ValueError, match="train.model"):
-        SwapConfig(rj.TrainConfig(model="attention"))
-    with pytest.raises(ValueError, match="train.d"):
-        SwapConfig(rj.TrainConfig(model="multihead", d=4))
-    with pytest.raises(ValueError, match="num_seeds"):
-        SwapConfig(TINY.train, num_seeds=0)
+def test_step_grid_holds_the_log_grid_and_eta_star_of_every_horizon():
+    config = SwapConfig(TINY.train, horizons=(1, 4), eta_min=0.1, eta_max=1.0, num_etas=3)
+    np.testing.assert_allclose(step_grid(config, 2.0), sorted([0.1, np.sqrt(0.1), 1.0, 2 / np.sqrt(3), 2 / np.sqrt(12)]))
+
+
+def _curves(final, T):
+    """Constant gap curves: arrays [..., T] equal to ``final`` at every t."""
+    final = np.asarray(final, float)
+    return np.repeat(final[..., None], T, axis=-1)
+
+
+def _arrays(config, learned_ce, bm_ce, nonconverged=0):
+    """``learned_ce`` [C, S] final CE gaps, ``bm_ce`` [E] final BM CE gaps; gap_swap = 1.2 gap_ce."""
+    T = config.T
+    uniform = {"gap_ce": np.full(T, 2 / 9), "gap_swap": np.full(T, 1 / 3), "gap_cce": np.full(T, 1 / 3)}
+
+    def run(final):
+        ce = _curves(final, T)
+        return {"gap_ce": ce, "gap_swap": 1.2 * ce, "gap_cce": ce}
+
+    E = len(bm_ce)
+    return {"gaps": {"uniform": uniform, "bm": run(bm_ce), "ftrl": run(np.full(E, 0.1)), "learned": run(learned_ce)},
+            "etas": np.geomspace(0.1, 1.0, E), "root": {"eta_star": np.asarray(0.4), "se": np.asarray(0.01)},
+            "nonconverged": {"learned": np.full(np.shape(learned_ce), nonconverged), "bm": np.zeros(E)},
+            "curves": {"multihead": {"loss": np.ones((2, 8))}}}
+
+
+def test_horizon_metrics_pick_the_best_bm_step_per_horizon():
+    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=2)  # T = 3, rounds 3 and 6
+    arrays = _arrays(config, [[0.02, 0.04], [0.05, 0.05], [0.1, 0.1]], [0.2, 0.01, 0.05])
+    arrays["gaps"]["bm"]["gap_ce"][2, 2] = 0.001  # step 2 is best at t = 3, step 1 at t = 6
+    h = horizon_metrics(config, arrays)
+    np.testing.assert_allclose(h["gap_ce_bm_tuned"], [0.001, 0.01])
+    np.testing.assert_allclose(h["bm_tuned_eta"], arrays["etas"][[2, 1]])
+    np.testing.assert_allclose(h["gap_ce_bm_tuned_at_train_T"], [0.001, 0.05])  # step 2 read at both horizons
+    learned_t6 = np.mean([0.02, 0.04])
+    np.testing.assert_allclose(h["gap_ce_learned"][1], learned_t6)
+    np.testing.assert_allclose(h["gap_ce_learned_uncalibrated"][1], 0.1)
+    np.testing.assert_allclose(h["ratio_learned_to_tuned_bm"][1], learned_t6 / 0.01)
+    np.testing.assert_allclose(h["gap_swap_learned"][1], 1.2 * learned_t6)
+
+
+def test_swap_checks_pass_and_fail_on_synthetic_gaps():
+    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=2)
+    good = summarize(config, _arrays(config, [[0.02, 0.04], [0.05, 0.05], [0.1, 0.1]], [0.2, 0.02, 0.05]))
+    assert [c.passed for c in good.checks] == [True] * 5
+    assert good.checks[2].value == pytest.approx(0.03 / 0.02)
+    bad = summarize(config, _arrays(config, [[0.2, 0.2], [0.1, 0.1], [0.1, 0.1]], [0.2, 0.02, 0.05], nonconverged=1))
+    assert [c.passed for c in bad.checks] == [False] * 5
+    assert bad.metrics["nonconverged_fraction_learned"] == pytest.approx(1 / (2 * config.T))
+    assert len(CALIBRATIONS) == 3
+
+
+@pytest.mark.parametrize("field, kwargs", [
+    ("train.model", {"train": rj.TrainConfig(model="attention")}),
+    ("train.d", {"train": rj.TrainConfig(model="multihead", d=4)}),
+    ("horizons", {"horizons": (2, 1)}),
+    ("num_seeds", {"num_seeds": 0}),
+    ("eta grid", {"eta_min": 1.0, "eta_max": 0.5}),
+    ("stream", {"stream": 2}),
+])
+def test_swap_config_validates(field, kwargs):
+    with pytest.raises(ValueError, match=field):
+        SwapConfig(**{"train": TINY.train, **kwargs})

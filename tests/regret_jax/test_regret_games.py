@@ -71,3 +71,21 @@ def test_uniform_self_play_gap_constant():
     out = rj.self_play(u, u, params, 5)
     np.testing.assert_allclose(np.asarray(out.gap_cce), 1 / 3, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out.gap_ce), 2 / 9, rtol=1e-6)
+
+
+def test_reference_learners_in_weighted_rps_self_play():
+    """The comparators' behaviour the studies rely on (docs/regret.md §9.4, 10.6), at the Theorem-1 step kappa / sqrt(T).
+
+    Entropic FTRL drives the CCE gap far below uniform play's 1/3 (regret.cce); Blum-Mansour with Hedge
+    heads drives the CE gap far below uniform's 2/9 and below plain FTRL's (regret.swap).
+    """
+    game = rj.zero_sum_game(rj.WEIGHTED_RPS)
+    kappa = 2.0  # about kappa* at d = 3 (regret.stationarity)
+    ftrl50 = rj.attention_learner(rj.ftrl_params(3, kappa / np.sqrt(50)))
+    assert float(rj.self_play(ftrl50, ftrl50, game, 50).gap_cce[-1]) < 0.5 / 3
+    eta = kappa / np.sqrt(200)
+    bm, ftrl = rj.swap_learner(rj.bm_params(3, eta)), rj.attention_learner(rj.ftrl_params(3, eta))
+    bm_play, ftrl_play = rj.self_play(bm, bm, game, 200), rj.self_play(ftrl, ftrl, game, 200)
+    assert float(bm_play.gap_ce[-1]) < 0.5 * 2 / 9
+    assert float(bm_play.gap_ce[-1]) < float(ftrl_play.gap_ce[-1])
+    assert int(bm_play.row_state.nonconverged) == 0

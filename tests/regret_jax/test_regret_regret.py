@@ -43,7 +43,7 @@ def test_blum_mansour_recurrence_and_decomposition(x64):
         losses = rng.normal(size=(T, d)) + shift * np.arange(d)
         rollout = rj.run_online(rj.swap_learner(rj.bm_params(d, eta)), jnp.asarray(losses))
         x = np.asarray(rollout.policies)
-        q = np.asarray(jax.nn.softmax(rollout.states, axis=-1))  # [T, head j, action]
+        q = np.asarray(jax.nn.softmax(rollout.states.logits, axis=-1))  # [T, head j, action]
         x_ref, q_ref = blum_mansour(losses, eta)
         np.testing.assert_allclose(x, x_ref, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(q, q_ref, rtol=1e-10, atol=1e-12)

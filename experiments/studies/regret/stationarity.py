@@ -31,9 +31,12 @@ check tests a qualitative claim or an exact identity. Checks, and how each could
   expectation, i.e. eta* is a stationary point of the full model, not only of the ray.
 * ``gradient_along_P_at_half_eta_star`` (|z| > 5) and ``gradient_off_P_vanishes_at_half_eta_star``
   (z < 4.5): off the root the gradient is alpha P with alpha != 0 and nothing else.
-* ``grad_V_columns_sum_to_zero`` (< 1e-5): the pointwise shift invariance 1^T grad_V = 0.
 * ``multihead_phi_prime_is_d_F_prime`` (z < 4.5): the d-head swap objective's derivative is d
   times the single-head one (Eqs. (59)-(60)), so the two roots coincide.
+
+The pointwise shift invariance 1^T grad_V = 0 holds by construction (J 1 = 0) and is a test
+(``tests/regret_jax/test_regret_stationarity.py``); its relative size is reported as the metric
+``struct_colsum_V_rel_star``, not checked.
 """
 from __future__ import annotations
 
@@ -228,7 +231,6 @@ def summarize(config: ScanConfig, arrays: dict) -> Summary:
                      claim="k = 0, v = 0, V = -eta* P is a stationary point of the regret loss (every block gradient is 0)"),
         checks.above("gradient_along_P_at_half_eta_star", abs(st["z_alpha_half"]), 5.0),
         checks.below("gradient_off_P_vanishes_at_half_eta_star", max(st["z_max_V_offray_half"], st["z_max_v_half"]), Z_MAX),
-        checks.below("grad_V_columns_sum_to_zero", st["colsum_V_rel_star"], 1e-5),
         checks.below("multihead_phi_prime_is_d_F_prime", st["z_max_phi"], Z_MAX),
     ]
     table = {
