@@ -15,6 +15,15 @@ share this code. Scores are scaled by 1/sqrt(d_m).
 Keys and values live in a KVCache of the full context N, written at the chunk's
 global positions: one call with the whole sequence is the parallel forward pass, calls
 with one step each are causal step-by-step inference, and the two agree.
+
+GTrXL's Transformer-XL memory (``memory`` given; see ``uat_jax.gtrxl``): positions fall
+in segments of S = ``gtrxl_mem_len`` tokens, and a query of segment n attends only to the
+keys of segments n - 1 (the memory) and n (causally). Memory keys and values are computed
+from ``memory`` = LN(StopGrad(layer input)), so in the parallel pass no gradient reaches a
+previous segment's hidden states, while the projections and the LN still get gradient
+through the memory, as in segment-by-segment Transformer-XL training. The forward values
+equal those of the current keys; the cache holds them for the whole episode, and with the
+parameters fixed (a rollout) caching the keys of a hidden state is caching the state.
 """
 from __future__ import annotations
 
@@ -71,14 +80,17 @@ class FeedbackAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, rho: jax.Array | None,
-                 u: jax.Array | None, cache: KVCache) -> tuple[jax.Array, KVCache]:
+                 u: jax.Array | None, cache: KVCache,
+                 memory: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
         """x [n, d] at global token positions [n] (contiguous); rho [n, H, d_m] or None;
-        u [n, d_u] or None; returns (output [n, d], updated cache)."""
+        u [n, d_u] or None; ``memory`` [n, d] (GTrXL: x recomputed from stop-gradient
+        inputs) or None; returns (output [n, d], updated cache)."""
         cfg = self.cfg
         chex.assert_shape(x, (positions.shape[0], cfg.d_model))
         self.sow("intermediates", "attn_input", x)
-        proj = lambda name: nn.DenseGeneral((cfg.n_heads, cfg.d_head), name=name)
-        q, k, v = proj("W_Q")(x), proj("W_K")(x), proj("W_V")(x)
+        w_q, w_k, w_v = (nn.DenseGeneral((cfg.n_heads, cfg.d_head), name=name)
+                         for name in ("W_Q", "W_K", "W_V"))
+        q, k, v = w_q(x), w_k(x), w_v(x)
         if rho is not None:
             q = self._modulated("_Q", x, q, rho)
         if u is not None:
@@ -86,11 +98,24 @@ class FeedbackAttention(nn.Module):
             k = self._modulated("_K", x, k, g)
             v = self._modulated("_V", x, v, g)
         keys, values = _write(cache.keys, k, positions[0]), _write(cache.values, v, positions[0])
-        logits = jnp.einsum("nhm,khm->hnk", q, keys) / jnp.sqrt(cfg.d_head).astype(q.dtype)
-        mask = jnp.arange(cfg.context)[None, :] <= positions[:, None]
+        score = lambda ks: jnp.einsum("nhm,khm->hnk", q, ks) / jnp.sqrt(cfg.d_head).astype(q.dtype)  # noqa: E731
+        logits = score(keys)
+        key_pos = jnp.arange(cfg.context)
+        mask = key_pos[None, :] <= positions[:, None]
+        if memory is not None:
+            seg_q, seg_k = positions // cfg.gtrxl_mem_len, key_pos // cfg.gtrxl_mem_len
+            current = seg_k[None, :] == seg_q[:, None]  # [n, N]: the query's own segment
+            mask = mask & (seg_k[None, :] >= seg_q[:, None] - 1)
+            mem_keys = _write(cache.keys, w_k(memory), positions[0])
+            mem_values = _write(cache.values, w_v(memory), positions[0])
+            logits = jnp.where(current[None], logits, score(mem_keys))
         logits = jnp.where(mask[None], logits, jnp.finfo(logits.dtype).min)
         self.sow("intermediates", "attn_logits", logits)
         weights = jax.nn.softmax(logits, axis=-1)
-        out = jnp.einsum("hnk,khm->nhm", weights, values)
+        if memory is None:
+            out = jnp.einsum("hnk,khm->nhm", weights, values)
+        else:
+            out = (jnp.einsum("hnk,khm->nhm", jnp.where(current[None], weights, 0.0), values)
+                   + jnp.einsum("hnk,khm->nhm", jnp.where(current[None], 0.0, weights), mem_values))
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), name="W_O")(out)
         return out, KVCache(keys=keys, values=values)

@@ -2,8 +2,9 @@
 
 A *cell* is one (task, seed) pair; a study trains a model configuration on every cell
 of a grid as one vmapped program (the sweep engine maps :func:`make_cell` over the
-inputs of :func:`cell_inputs`). Seed ``s`` of every task uses the same key, so tasks
-are compared on common random numbers.
+inputs of :func:`cell_inputs`). A cell trains and is evaluated on one run of its
+task's goal schedule, drawn from its key (``uat_jax.train``). Seed ``s`` of every task
+uses the same key, so tasks (and models) are compared on common random numbers.
 
 ``Size`` gathers the knobs the studies vary (model widths, episode length, batch,
 epochs, evaluation episodes); every other model and optimiser setting is the Table 3
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from uat_jax.config import ModelConfig, ablation
+from uat_jax.schedules import distinct_goals
 from uat_jax.train import Task, TrainConfig, make_train
 
 __all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_cell", "mean_std", "split_cells", "stack_tasks"]
@@ -83,13 +85,15 @@ def cell_inputs(tasks: list[Task], keys: np.ndarray) -> dict:
 
 
 def make_cell(cfg: TrainConfig):
-    """``cell(item) -> {"accuracy", "efficiency": [], "loss", "train_accuracy": [epochs]}``:
-    train ``cfg`` from the item's key on its task, then evaluate it (pure, jittable)."""
+    """``cell(item) -> {"accuracy", "efficiency", "distinct_goals": [], "loss", "train_accuracy":
+    [epochs]}``: train ``cfg`` from the item's key on its task, then evaluate it (pure,
+    jittable); ``distinct_goals`` counts the cells that were a goal of a training episode."""
     train = make_train(cfg)
 
     def cell(item: dict) -> dict:
         res = train(jax.random.wrap_key_data(item["key"]), item["task"])
         return {"accuracy": res.eval.accuracy, "efficiency": res.eval.efficiency,
+                "distinct_goals": distinct_goals(res.goals, cfg.grid_size),
                 "loss": res.loss, "train_accuracy": res.train_accuracy}
 
     return cell

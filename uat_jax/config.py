@@ -12,7 +12,8 @@ import dataclasses
 
 KINDS = ("uat", "vt", "adt", "dt", "gtrxl")
 """UAT; Vanilla-TF (observations only); A-DT (shifted (a, r) concatenated to o);
-DT-style (interleaved return-to-go / observation / action tokens); GTrXL (gated residuals)."""
+DT-style (interleaved return-to-go / observation / action tokens); GTrXL (Transformer-XL
+memory, GRU-gated residual, identity-map reordering; ``uat_jax.gtrxl``)."""
 
 ABLATIONS = ("no_action", "no_reward", "linear", "no_q", "no_kv", "no_bias")
 """Table 4 variants, in the order of Table 5."""
@@ -36,6 +37,13 @@ class ModelConfig:
     (no-Q); ``modulate_kv=False`` removes W_K^(u), W_V^(u), U_K, U_V and g_j (no-KV);
     ``utility_bias=False`` removes U_Q, U_K, U_V (no-bias). The switches only matter for
     ``kind="uat"``.
+
+    ``gtrxl_mem_len`` (GTrXL only) is the segment length S of the Transformer-XL
+    recurrence, equal to its memory length: a step of segment n = floor(t / S) attends
+    to the steps of segments n - 1 and n, so each layer's span is S to 2S - 1 steps and
+    L layers reach back L segments. S = 20 splits an episode of T = 60 into three
+    segments (the memory matters), while the top layer of L = 3 still reaches step 0.
+    ``gtrxl_gate_bias`` is b_g of the gate.
     """
 
     kind: str = "uat"
@@ -60,6 +68,7 @@ class ModelConfig:
     utility_bias: bool = True
     dt_target_return: float = 10.0
     gtrxl_gate_bias: float = 2.0
+    gtrxl_mem_len: int = 20
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,7 +76,7 @@ class ModelConfig:
         if self.encoder not in ("mlp", "linear"):
             raise ValueError(f"encoder must be 'mlp' or 'linear', got {self.encoder!r}")
         for name in ("obs_dim", "horizon", "d_model", "n_heads", "d_ff", "n_layers",
-                     "d_u", "d_act", "ue_hidden"):
+                     "d_u", "d_act", "ue_hidden", "gtrxl_mem_len"):
             _check_positive(name, getattr(self, name))
         if self.n_actions < 2:
             raise ValueError(f"n_actions must be >= 2, got {self.n_actions}")

@@ -14,8 +14,10 @@ One flax module, ``DecisionTransformer``, whose ``cfg.kind`` chooses the tokens:
 Blocks are pre-LN: x <- x + Attn(LN(x)), x <- x + FFN(LN(x)) (ReLU FFN of width d_ff),
 then a final LN and the task head pi = softmax(W_head h_t^(L) + b_head) of section 4.2
 (reading of the lost block equations: pre-LN, as the paper only says the FFN and LN are
-deterministic maps of the attention output). GTrXL replaces both residual sums by GRU
-gates. UAT feeds
+deterministic maps of the attention output). GTrXL (``uat_jax.gtrxl``) adds the
+Transformer-XL memory (segments of ``gtrxl_mem_len`` steps attending to the previous
+segment's stop-gradient layer inputs), a GRU gate on the attention residual and the
+identity-map reordering (ReLU on both sub-layer outputs). UAT feeds
 the utility u_j (local gates, every layer) and rho_t (all layers) to the attention.
 
 The module maps one chunk of n environment steps (obs, a_{j-1}, r_{j-1}) and a
@@ -55,7 +57,7 @@ def init_cache(cfg: ModelConfig) -> DecodeCache:
 
 
 class Block(nn.Module):
-    """One pre-LN Transformer layer (plain residuals, or GRU gates for GTrXL); scanned
+    """One pre-LN Transformer layer (plain residuals, or a GTrXL layer); scanned
     over the L layers, so every parameter and cache entry has a leading layer axis."""
 
     cfg: ModelConfig
@@ -64,19 +66,19 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x, kv: KVCache, positions, rho, u):
         cfg = self.cfg
-        drop = lambda y: nn.Dropout(cfg.dropout)(y, deterministic=self.deterministic)
-        y, kv = FeedbackAttention(cfg, name="attn")(nn.LayerNorm(name="ln_attn")(x), positions,
-                                                    rho, u, kv)
-        x = self._residual("gate_attn", x, drop(y))
+        gtrxl = cfg.kind == "gtrxl"
+        drop = lambda y: nn.Dropout(cfg.dropout)(y, deterministic=self.deterministic)  # noqa: E731
+        ln_attn = nn.LayerNorm(name="ln_attn")
+        memory = ln_attn(jax.lax.stop_gradient(x)) if gtrxl else None
+        y, kv = FeedbackAttention(cfg, name="attn")(ln_attn(x), positions, rho, u, kv, memory)
+        if gtrxl:  # identity-map reordering, GRU-gated attention residual (uat_jax.gtrxl)
+            x = GRUGate(cfg.gtrxl_gate_bias, name="gate_attn")(x, nn.relu(drop(y)))
+        else:
+            x = x + drop(y)
         y = nn.LayerNorm(name="ln_ff")(x)
         y = nn.Dense(cfg.d_model, name="ff_out")(nn.relu(nn.Dense(cfg.d_ff, name="ff_in")(y)))
-        x = self._residual("gate_ff", x, drop(y))
-        return x, kv
-
-    def _residual(self, name: str, x: jax.Array, y: jax.Array) -> jax.Array:
-        if self.cfg.kind == "gtrxl":
-            return GRUGate(self.cfg.gtrxl_gate_bias, name=name)(x, nn.relu(y))
-        return x + y
+        y = drop(y)
+        return x + (nn.relu(y) if gtrxl else y), kv
 
 
 class DecisionTransformer(nn.Module):

@@ -1,17 +1,29 @@
 """Hidden-goal schedules across DarkRoom episodes (UAT paper, Appendix C.1).
 
-A *run* is a sequence of episodes sharing one ``run_key``; the goal of episode ``e``
-is a pure function ``goal_at(schedule, run_key, e)`` so any episode of any run is
-drawn without simulating the ones before it. The schedule id is an array leaf, so the
-three schedules vmap in one program. Readings of C.1 (which names the schedules only):
+C.1: "The hidden goal remains fixed within each episode and follows one of three
+schedules across episodes: gradual drift, abrupt jumps every six episodes, or a
+four-waypoint cyclic schedule. Model histories and utility states are reset at episode
+boundaries". The paper names the schedules only; our readings:
 
 - gradual drift (0): a uniform start cell and a direction v in {-1, 0, 1}^2 \\ {0}; the
-  goal moves one cell along v per episode, reflecting off the border;
-- abrupt jumps (1): a uniform goal, redrawn every ``abrupt_period`` = 6 episodes;
+  goal moves one cell along v per episode, reflecting off the border (each coordinate
+  folded onto [0, size - 1] with period 2 (size - 1)), so a run visits one reflected
+  line: 10 to 18 cells of the 10 x 10 grid;
+- abrupt jumps (1): a uniform goal, redrawn every ``ABRUPT_PERIOD`` = 6 episodes;
 - cyclic (2): four distinct uniform waypoints visited in turn, one per episode.
 
-Model histories reset at episode boundaries (C.1), so a schedule shapes which goals
-occur, never what a model sees within an episode.
+A *run* is one instance of a schedule (one ``run_key``: one start and direction, one
+sequence of jump goals, one set of waypoints) and its episodes 0, 1, 2, ...; the goal
+of episode ``e`` is a pure function ``goal_at(schedule, run_key, e)``, so any episode
+is drawn without simulating the ones before it. The schedule id is an array leaf, so
+the three schedules vmap in one program.
+
+Because histories reset at episode boundaries, a schedule can act on a model only
+through which goals its run visits, and in which order. The schedules are three tasks
+only if a training run follows one run's episode order: ``uat_jax.train`` gives each
+training cell one run, trains epoch ``i`` on its episodes ``i B, ..., i B + B - 1``
+and evaluates on the episodes that follow. (Drawing a fresh run per episode would make
+every schedule's goal uniform on the grid, i.e. one task three times.)
 """
 from __future__ import annotations
 
@@ -62,6 +74,12 @@ def goal_at(schedule: jax.Array, run_key: jax.Array, episode: jax.Array, size: i
     """Goal [2] of ``episode`` of the run ``run_key`` under schedule id ``schedule``."""
     branches = [functools.partial(fn, size=size) for fn in (gradual, abrupt, cyclic)]
     return jax.lax.switch(schedule, branches, run_key, episode)
+
+
+def distinct_goals(goals: jax.Array, size: int) -> jax.Array:
+    """Number of distinct cells among the goals ``[..., 2]`` of a size x size grid."""
+    idx = (goals[..., 0] * size + goals[..., 1]).ravel()
+    return jnp.zeros(size * size, bool).at[idx].set(True).sum()
 
 
 def schedule_id(name: str) -> int:

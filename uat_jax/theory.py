@@ -10,17 +10,26 @@
   ``logit_gap`` is the closed form of the resulting layer-1 attention-logit gap.
 - Appendix D.3: ``overhead_formula`` (3 L d^2, 3 L d_m d, (L + 1) H d_m d_u, |phi_u|)
   and ``overhead_counted`` (the same groups counted in a parameter tree).
+- Trained probes (study ``uat.theory``): ``random_walks`` draws DarkRoom episodes of a
+  uniform random behaviour policy with the expert label at every visited state and the
+  rewards the same moves would have earned under a second goal (an observation-
+  equivalent, feedback-distinct history, Definition 2); ``behaviour_cloning`` fits a model
+  to fresh batches of them (Eq. 18, the dataset-supplied mode of section 4.3);
+  ``imitation`` and ``policy_tv`` measure the fitted policy on held-out episodes.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import traverse_util
+import optax
+from flax import struct, traverse_util
 
+from uat_jax import darkroom
 from uat_jax.config import ModelConfig
 from uat_jax.feedback import shift
-from uat_jax.model import DecisionTransformer, init_cache, sequence_logits
+from uat_jax.model import DecisionTransformer, init_cache, init_params, sequence_logits
+from uat_jax.train import cross_entropy
 from uat_jax.utility import UtilityEncoder
 
 AFFINE = ("W_Q_u", "W_K_u", "W_V_u")
@@ -145,3 +154,96 @@ def logit_gap(model: DecisionTransformer, params, feedback_a, feedback_b, j_star
     layer-1, head-1 gate gap at step j* + 1."""
     d = _local_gate(model, params, feedback_a, j_star) - _local_gate(model, params, feedback_b, j_star)
     return d[k] / jnp.sqrt(model.cfg.d_head)
+
+
+@struct.dataclass
+class Probes:
+    """DarkRoom episodes of a random behaviour policy; every field is [n, T, ...]."""
+
+    obs: jax.Array  # [n, T, obs_dim]
+    actions: jax.Array  # [n, T] int32, uniform random
+    rewards: jax.Array  # [n, T] realised under the episode's goal
+    alt_rewards: jax.Array  # [n, T] the same moves rewarded under a second, different goal
+    expert: jax.Array  # [n, T] int32 expert action at the visited state (the label)
+    positions: jax.Array  # [n, T, 2] int32 position before acting at step t
+    goal: jax.Array  # [n, 2] int32
+    alt_goal: jax.Array  # [n, 2] int32, != goal
+
+
+def random_walks(key: jax.Array, n: int, horizon: int, size: int = 10) -> Probes:
+    """``n`` episodes of ``horizon`` steps: goal uniform on the grid, the second goal
+    uniform on the other cells, actions uniform; positions (hence observations, which
+    are kept) do not depend on the goal, so (obs, actions, alt_rewards) is a history
+    with the same observations and different feedback."""
+    cells, n_actions = size * size, darkroom.MOVES.shape[0]
+    to_pos = lambda i: jnp.stack([i // size, i % size]).astype(jnp.int32)  # noqa: E731
+
+    def one(k):
+        k_goal, k_alt, k_reset, k_act, k_env = jax.random.split(k, 5)
+        goal = jax.random.randint(k_goal, (), 0, cells)
+        alt = (goal + 1 + jax.random.randint(k_alt, (), 0, cells - 1)) % cells
+        env = darkroom.EnvParams(goal=to_pos(goal), size=size, horizon=horizon)
+        alt_env = env.replace(goal=to_pos(alt))
+        actions = jax.random.randint(k_act, (horizon,), 0, n_actions).astype(jnp.int32)
+
+        def body(carry, t):
+            obs, state = carry
+            k_t = jax.random.fold_in(k_env, t)
+            nxt, new_state, reward, _, _ = darkroom.step(k_t, state, actions[t], env)
+            _, _, alt_reward, _, _ = darkroom.step(k_t, state, actions[t], alt_env)
+            expert = darkroom.expert_action(state.pos, env.goal)
+            return (nxt, new_state), (obs, reward, alt_reward, expert, state.pos)
+
+        _, (obs, rewards, alt_rewards, expert, positions) = jax.lax.scan(
+            body, darkroom.reset(k_reset, env), jnp.arange(horizon))
+        return Probes(obs=obs, actions=actions, rewards=rewards, alt_rewards=alt_rewards, expert=expert,
+                      positions=positions, goal=env.goal, alt_goal=alt_env.goal)
+
+    return jax.vmap(one)(jax.random.split(key, n))
+
+
+def _batch_logits(model: DecisionTransformer, params, obs, actions, rewards, key=None) -> jax.Array:
+    """Parallel-pass logits [n, T, A] of n episodes (dropout when ``key`` is given)."""
+    if key is None:
+        return jax.vmap(lambda o, a, r: sequence_logits(model, params, o, a, r))(obs, actions, rewards)
+    keys = jax.random.split(key, obs.shape[0])
+    return jax.vmap(lambda o, a, r, k: sequence_logits(model, params, o, a, r, k))(obs, actions, rewards, keys)
+
+
+def behaviour_cloning(model: DecisionTransformer, optimizer: optax.GradientTransformation, key: jax.Array,
+                      steps: int, batch: int, reward_scale: jax.Array = 1.0):
+    """``steps`` optimiser steps on Eq. (18), each on ``batch`` fresh ``random_walks``
+    (no episode is seen twice, so the fit cannot memorise), fed ``reward_scale`` times the
+    rewards (0: null feedback), from ``init_params`` at ``key``; returns (params, losses [steps])."""
+    k_init, k_data, k_drop = jax.random.split(key, 3)
+    params = init_params(model, k_init)
+    horizon = model.cfg.horizon
+
+    def loss_fn(p, i):
+        data = random_walks(jax.random.fold_in(k_data, i), batch, horizon)
+        logits = _batch_logits(model, p, data.obs, data.actions, reward_scale * data.rewards,
+                               jax.random.fold_in(k_drop, i))
+        return cross_entropy(logits, data.expert)
+
+    def step(carry, i):
+        p, opt_state = carry
+        loss, grads = jax.value_and_grad(loss_fn)(p, i)
+        updates, opt_state = optimizer.update(grads, opt_state, p)
+        return (optax.apply_updates(p, updates), opt_state), loss
+
+    (params, _), losses = jax.lax.scan(step, (params, optimizer.init(params)), jnp.arange(steps))
+    return params, losses
+
+
+def imitation(model: DecisionTransformer, params, probes: Probes, rewards: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(cross-entropy, argmax accuracy) against the expert labels, without dropout."""
+    logits = _batch_logits(model, params, probes.obs, probes.actions, rewards)
+    return cross_entropy(logits, probes.expert), jnp.mean(logits.argmax(-1) == probes.expert)
+
+
+def policy_tv(model: DecisionTransformer, params, probes: Probes, rewards_a: jax.Array,
+              rewards_b: jax.Array) -> jax.Array:
+    """Mean over episodes and steps of the total variation 0.5 |pi(.|H) - pi(.|H')|_1
+    between the histories fed ``rewards_a`` and ``rewards_b`` (same obs and actions)."""
+    pa, pb = (jax.nn.softmax(_batch_logits(model, params, probes.obs, probes.actions, r)) for r in (rewards_a, rewards_b))
+    return 0.5 * jnp.abs(pa - pb).sum(-1).mean()

@@ -1,8 +1,16 @@
 """Rollout-then-optimize behaviour cloning on DarkRoom (UAT paper, section 4.3, Table 3).
 
-One epoch: (1) roll the current policy out causally, without gradient, on a batch of
-B episodes (one per run, every run at episode index = epoch, goals from the task's
-schedule) to collect (a_t, r~_t); (2) one causally masked parallel forward pass over the
+Episodes (our reading of Appendix C.1, see ``uat_jax.schedules``): a training cell owns
+one run of its task's goal schedule (one ``run_key``, drawn from the cell's key, so
+every model trained from that key sees the same goals). Epoch ``i`` trains on the run's
+episodes ``i B, ..., i B + B - 1`` (``train_episodes``), in order, so over training the
+model sees the schedule's goals as the schedule produces them (a drifting line, a jump
+every 6 episodes, four waypoints); evaluation plays the ``eval_episodes`` episodes that
+follow the last training episode (``eval_episodes``), i.e. the run's future under the
+same schedule. Histories reset at every episode boundary (each episode is one rollout).
+
+One epoch: (1) roll the current policy out causally, without gradient, on the epoch's B
+episodes to collect (a_t, r~_t); (2) one causally masked parallel forward pass over the
 (B, T) tensor with dropout gives all logits; (3) one optimiser step on the
 cross-entropy against the expert's actions, L_CE = -1/(BT) sum log pi(a*_{b,t} | H_{b,t})
 (Eq. 18). Optimiser (Table 3): global-norm clipping at 1.0, then AdamW (weight decay
@@ -31,9 +39,6 @@ from uat_jax.rollout import Trajectory, accuracy, efficiency, rollout
 from uat_jax.schedules import SCHEDULES, goal_at
 
 UE_MODULES = ("utility_encoder", "regime_readout")
-EVAL_EPISODE_RANGE = 360
-"""Evaluation episodes draw their index uniformly below this (a multiple of every
-schedule's period: 18 for the drift on a 10-grid, 6, 4)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +97,8 @@ class TrainResult:
     params: dict
     loss: jax.Array  # [epochs] training cross-entropy
     train_accuracy: jax.Array  # [epochs] argmax of the parallel pass vs the expert
-    eval: EvalMetrics  # greedy causal inference on fresh episodes after training
+    goals: jax.Array  # [epochs, B, 2] int32 goal of every training episode
+    eval: EvalMetrics  # greedy causal inference on the run's episodes after training
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
@@ -110,18 +116,28 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
                               labels))
 
 
-def _batch_rollout(cfg: TrainConfig, model, params, key, task: Task, run_keys, episodes,
+def train_episodes(cfg: TrainConfig, epoch: jax.Array) -> jax.Array:
+    """Episode indices [B] of the run that epoch ``epoch`` trains on: epoch * B + b."""
+    return epoch * cfg.batch_size + jnp.arange(cfg.batch_size)
+
+
+def eval_episodes(cfg: TrainConfig) -> jax.Array:
+    """Episode indices [eval_episodes] evaluated: the ones after the last training episode."""
+    return cfg.epochs * cfg.batch_size + jnp.arange(cfg.eval_episodes)
+
+
+def episode_goals(cfg: TrainConfig, task: Task, run_key: jax.Array, episodes: jax.Array) -> jax.Array:
+    """Goals [n, 2] of ``episodes`` [n] of the run ``run_key`` under the task's schedule."""
+    return jax.vmap(lambda e: goal_at(task.schedule, run_key, e, cfg.grid_size))(episodes)
+
+
+def _batch_rollout(cfg: TrainConfig, model, params, key, channel: FeedbackChannel, goals,
                    greedy: bool) -> Trajectory:
-    """B episodes, episode b of run ``run_keys[b]`` at index ``episodes[b]``."""
+    """One episode per goal of ``goals`` [B, 2], each from its own split of ``key``."""
     env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=cfg.grid_size,
                              horizon=cfg.model.horizon)
-
-    def one(k_run, episode, k):
-        goal = goal_at(task.schedule, k_run, episode, cfg.grid_size)
-        return rollout(model, params, k, env.replace(goal=goal), task.channel, greedy)
-
-    keys = jax.random.split(key, run_keys.shape[0])
-    return jax.vmap(one)(run_keys, episodes, keys)
+    keys = jax.random.split(key, goals.shape[0])
+    return jax.vmap(lambda g, k: rollout(model, params, k, env.replace(goal=g), channel, greedy))(goals, keys)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -130,16 +146,13 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def make_evaluate(cfg: TrainConfig):
-    """``evaluate(params, key, task) -> EvalMetrics``: greedy causal inference on
-    ``eval_episodes`` fresh runs at uniformly drawn episode indices."""
+    """``evaluate(params, key, task, run_key) -> EvalMetrics``: greedy causal inference on
+    the ``eval_episodes`` episodes of the run ``run_key`` that follow training."""
     model = DecisionTransformer(cfg.model)
 
-    def evaluate(params, key, task: Task) -> EvalMetrics:
-        k_runs, k_ep, k_roll = jax.random.split(key, 3)
-        n = cfg.eval_episodes
-        episodes = jax.random.randint(k_ep, (n,), 0, EVAL_EPISODE_RANGE)
-        traj = _batch_rollout(cfg, model, params, k_roll, task, jax.random.split(k_runs, n),
-                              episodes, greedy=True)
+    def evaluate(params, key, task: Task, run_key) -> EvalMetrics:
+        goals = episode_goals(cfg, task, run_key, eval_episodes(cfg))
+        traj = _batch_rollout(cfg, model, params, key, task.channel, goals, greedy=True)
         return EvalMetrics(accuracy=accuracy(traj), efficiency=efficiency(traj))
 
     return evaluate
@@ -158,22 +171,21 @@ def make_train(cfg: TrainConfig):
         return cross_entropy(logits, traj.expert), jnp.mean(logits.argmax(-1) == traj.expert)
 
     def train(key, task: Task) -> TrainResult:
-        k_init, k_runs, k_epochs, k_eval = jax.random.split(key, 4)
+        k_init, run_key, k_epochs, k_eval = jax.random.split(key, 4)
         params = init_params(model, k_init)
-        run_keys = jax.random.split(k_runs, cfg.batch_size)
 
         def epoch(state: TrainState, i):
             k_roll, k_drop = jax.random.split(jax.random.fold_in(k_epochs, i))
-            episodes = jnp.full(cfg.batch_size, i)
+            goals = episode_goals(cfg, task, run_key, train_episodes(cfg, i))
             traj = _batch_rollout(cfg, model, jax.lax.stop_gradient(state.params), k_roll,
-                                  task, run_keys, episodes, greedy=False)
+                                  task.channel, goals, greedy=False)
             (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, traj, k_drop)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            return TrainState(optax.apply_updates(state.params, updates), opt_state), (loss, acc)
+            return TrainState(optax.apply_updates(state.params, updates), opt_state), (loss, acc, goals)
 
         state = TrainState(params, optimizer.init(params))
-        state, (loss, acc) = jax.lax.scan(epoch, state, jnp.arange(cfg.epochs))
-        return TrainResult(params=state.params, loss=loss, train_accuracy=acc,
-                           eval=evaluate(state.params, k_eval, task))
+        state, (loss, acc, goals) = jax.lax.scan(epoch, state, jnp.arange(cfg.epochs))
+        return TrainResult(params=state.params, loss=loss, train_accuracy=acc, goals=goals,
+                           eval=evaluate(state.params, k_eval, task, run_key))
 
     return train

@@ -9,7 +9,7 @@ from uat_jax.train import Task, TrainConfig
 
 @pytest.mark.parametrize("field,value", [("kind", "rnn"), ("d_model", 30), ("dropout", 1.0),
                                          ("ema_decay", 1.0), ("encoder", "conv"), ("n_layers", 0),
-                                         ("n_actions", 1)])
+                                         ("n_actions", 1), ("gtrxl_mem_len", 0)])
 def test_model_config_names_bad_field(field, value):
     with pytest.raises(ValueError, match=field):
         ModelConfig(**{field: value})

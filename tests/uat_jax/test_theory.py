@@ -68,3 +68,44 @@ def test_overhead_formulas_of_appendix_d3_match_counted_parameters(cfg):
     assert theory.count(shapes) - theory.count(vt_shapes) == sum(counted.values())
     if cfg == ModelConfig():  # Table 3 sizes: 3Ld^2 = 36,864 and 3L d_m d = 9,216 by hand
         assert counted["affine"] == 36864 and counted["bias"] == 9216 and counted["gates"] == 4096
+
+
+def test_random_walks_match_a_brute_force_replay():
+    """Positions, rewards under both goals and expert labels of ``random_walks`` against a
+    Python replay of C.1's dynamics and reward (independent of ``darkroom.step``)."""
+    n, T = 6, 9
+    p = jax.tree.map(np.asarray, theory.random_walks(jax.random.key(3), n, T))
+    moves = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
+    assert (np.abs(p.goal - p.alt_goal).sum(-1) > 0).all()
+    for e in range(n):
+        pos = tuple(int(v) for v in p.positions[e, 0])
+        assert pos != tuple(p.goal[e])
+        for t in range(T):
+            assert tuple(p.positions[e, t]) == pos
+            dr, dc = moves[p.actions[e, t]]
+            new = (min(max(pos[0] + dr, 0), 9), min(max(pos[1] + dc, 0), 9))
+            for goal, rewards in ((p.goal[e], p.rewards), (p.alt_goal[e], p.alt_rewards)):
+                d_old = int(abs(pos[0] - goal[0]) + abs(pos[1] - goal[1]))
+                d_new = int(abs(new[0] - goal[0]) + abs(new[1] - goal[1]))
+                expected = 2.0 * (d_new == 0) + 0.5 * (int(d_new < d_old) - int(d_new > d_old)) - 0.01
+                np.testing.assert_allclose(rewards[e, t], expected, rtol=1e-6, atol=1e-7)
+            g = p.goal[e]
+            gap = (g[0] - pos[0], g[1] - pos[1])
+            label = 0 if gap == (0, 0) else ((1 if gap[0] < 0 else 2) if abs(gap[0]) >= abs(gap[1])
+                                             else (3 if gap[1] < 0 else 4))
+            assert p.expert[e, t] == label
+            pos = new
+    assert np.abs(p.rewards - p.alt_rewards).max() > 0.4
+
+
+def test_policy_tv_against_per_episode_softmax():
+    model, params, _ = model_and_params("uat")
+    probes = theory.random_walks(jax.random.key(4), 3, 6)
+    tv = float(theory.policy_tv(model, params, probes, probes.rewards, probes.alt_rewards))
+    expected = np.mean([0.5 * np.abs(jax.nn.softmax(logits_at(model, params, probes.obs[e], probes.actions[e], ra))
+                                      - jax.nn.softmax(logits_at(model, params, probes.obs[e], probes.actions[e], rb))
+                                      ).sum(-1) for e, (ra, rb) in enumerate(zip(probes.rewards, probes.alt_rewards))])
+    np.testing.assert_allclose(tv, expected, rtol=1e-5)
+    assert tv > 1e-3
+    vt, vt_params, _ = model_and_params("vt")
+    assert float(theory.policy_tv(vt, vt_params, probes, probes.rewards, probes.alt_rewards)) == 0.0

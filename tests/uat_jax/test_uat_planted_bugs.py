@@ -1,5 +1,6 @@
 """(1) DarkRoom rollouts feed the model the corrupted reward while the true reward is what
-is recorded and scored; (2) training episodes take their goals from the task's schedule."""
+is recorded and scored; (2) training episodes take their goals from one run of the task's
+schedule, in episode order, and evaluation continues that run."""
 import collections
 
 import jax
@@ -75,18 +76,18 @@ def test_rollout_feeds_the_corrupted_reward_and_scores_the_true_one(name, sigma)
 # ---------------------------------------------------------------------------- schedules
 
 
-def _expected_goal(name, run_key, episode):
+def _expected_goals(name, run_key, episodes):
+    """Goals of ``episodes`` of one run, from the schedule's own function (not goal_at)."""
     fn = {"gradual": schedules.gradual, "abrupt": schedules.abrupt, "cyclic": schedules.cyclic}[name]
-    return tuple(int(x) for x in np.asarray(fn(run_key, jnp.asarray(episode), SIZE)))
+    return [tuple(int(x) for x in np.asarray(fn(run_key, jnp.asarray(e), SIZE))) for e in episodes]
 
 
 def _spy_on_goals(monkeypatch, record, fake=False):
-    """Records the goal of every training rollout; ``fake`` skips the model (a constant episode)."""
+    """Records (greedy, goal) of every rollout; ``fake`` skips the model (a constant episode)."""
     real = train_mod.rollout
 
     def spy(model, params, key, env, channel, greedy):
-        if not greedy:  # training rollouts only
-            jax.debug.callback(lambda g: record.append(tuple(int(x) for x in np.asarray(g))), env.goal)
+        jax.debug.callback(lambda g: record.append((bool(greedy), tuple(int(x) for x in np.asarray(g)))), env.goal)
         if fake:
             T = env.horizon
             return Trajectory(obs=jnp.zeros((T, darkroom.OBS_DIM)), actions=jnp.zeros(T, jnp.int32),
@@ -97,11 +98,15 @@ def _spy_on_goals(monkeypatch, record, fake=False):
     monkeypatch.setattr(train_mod, "rollout", spy)
 
 
-CFG = TrainConfig(model=tiny("uat", horizon=6), epochs=3, batch_size=4, eval_episodes=2, grid_size=SIZE)
+CFG = TrainConfig(model=tiny("uat", horizon=6), epochs=3, batch_size=4, eval_episodes=5, grid_size=SIZE)
 
 
-def test_training_goals_follow_the_schedule(monkeypatch):
+def test_training_follows_one_run_of_the_schedule_in_episode_order(monkeypatch):
+    """Cell key -> run key (the second of four splits); epoch i trains on episodes i B .. i B + B - 1
+    of that one run, and evaluation plays the episodes after the last training episode."""
     key = jax.random.key(7)
+    run_key = jax.random.split(key, 4)[1]
+    B, E = CFG.batch_size, CFG.epochs
     goals = {}
     record = []
     _spy_on_goals(monkeypatch, record, fake=True)  # only the goals matter here: keep the program small
@@ -114,33 +119,43 @@ def test_training_goals_follow_the_schedule(monkeypatch):
         result = train(key, Task.make(name))
         jax.block_until_ready(result)
         jax.effects_barrier()
-        goals[name] = list(record)
-        # the train keys: run b of the batch is split(k_runs, B)[b], k_runs the second of four splits,
-        # and epoch i trains on episode i of every run
-        run_keys = jax.random.split(jax.random.split(key, 4)[1], CFG.batch_size)
-        expected = collections.Counter(_expected_goal(name, run_keys[b], i)
-                                       for b in range(CFG.batch_size) for i in range(CFG.epochs))
-        assert collections.Counter(record) == expected, name
-    assert goals["gradual"] != goals["abrupt"] != goals["cyclic"]
+        expected = _expected_goals(name, run_key, range(E * B))
+        got = [tuple(g) for g in np.asarray(result.goals).reshape(-1, 2).tolist()]
+        assert got == expected, name  # the recorded training goals, in episode order
+        # ... are the goals the rollouts were played on, and evaluation continues the same run
+        assert collections.Counter(g for greedy, g in record if not greedy) == collections.Counter(expected), name
+        assert collections.Counter(g for greedy, g in record if greedy) == collections.Counter(
+            _expected_goals(name, run_key, range(E * B, E * B + CFG.eval_episodes))), name
+        goals[name] = got
+    # the schedules are three tasks: one run visits a drifting line, one jump goal, four waypoints
+    assert goals["gradual"] != goals["abrupt"] != goals["cyclic"] != goals["gradual"]
+    assert [len(set(goals[n])) for n in ("abrupt", "cyclic")] == [2, 4]  # 12 episodes: blocks 0-5, 6-11
+    assert len(set(goals["gradual"])) >= 6  # a bounce revisits at most half of 12 drifting episodes
+    assert len(set(goals["abrupt"][:6])) == 1 and goals["cyclic"][4:] == goals["cyclic"][:-4]
 
 
-def test_batch_rollout_uses_each_schedules_goals(monkeypatch):
+def test_batch_rollout_plays_each_given_goal(monkeypatch):
     model = DecisionTransformer(CFG.model)
     params = random_params(model, 2)
-    run_keys = jax.random.split(jax.random.key(5), 6)
+    run_key = jax.random.key(5)
     episodes = jnp.array([0, 1, 2, 3, 7, 13])
     out = {}
     record = []
     _spy_on_goals(monkeypatch, record)
-    run = jax.jit(lambda task: _batch_rollout(CFG, model, params, jax.random.key(9), task, run_keys, episodes,
-                                              greedy=False))
+
+    @jax.jit
+    def run(task):
+        goals = train_mod.episode_goals(CFG, task, run_key, episodes)
+        return goals, _batch_rollout(CFG, model, params, jax.random.key(9), task.channel, goals, greedy=False)
+
     for name in ("gradual", "abrupt", "cyclic"):
         record.clear()
-        traj = run(Task.make(name))
+        goals, traj = run(Task.make(name))
         jax.block_until_ready(traj)
         jax.effects_barrier()
-        expected = [_expected_goal(name, run_keys[b], int(episodes[b])) for b in range(6)]
-        assert collections.Counter(record) == collections.Counter(expected), name
+        expected = _expected_goals(name, run_key, np.asarray(episodes).tolist())
+        assert [tuple(g) for g in np.asarray(goals).tolist()] == expected, name
+        assert collections.Counter(g for _, g in record) == collections.Counter(expected), name
         out[name] = (expected, traj)
     assert out["gradual"][0] != out["cyclic"][0]
     assert not np.array_equal(out["gradual"][1].expert, out["cyclic"][1].expert)

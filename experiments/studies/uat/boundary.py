@@ -15,20 +15,36 @@ and 5 (the paper's sweep) at Table 3 size.
 ``sigma`` is an array leaf of the program (``traced``): ``--sweep sigma=0.5,1,2`` trains
 every noise level, and the sigma-free conditions once, in one vmapped program.
 
-Checks, and how each could fail:
+Checks, and how each could fail (paper, section 6.3: gap +0.52 clean, +0.18 at
+sigma = 2, +0.05 null, +0.02 shuffled; "inverting every reward leaves UAT almost
+unchanged"):
 
 * ``gap_clean_wide`` (> 0.2; paper +0.52): with clean feedback UAT leads VT widely;
   fails if UAT does not use the feedback (see ``uat.darkroom``).
-* ``gap_shrinks_at_sigma_<sigma>`` (gap at sigma minus the clean gap < 0; paper
-  0.18 - 0.52 at sigma = 2): noisy rewards must carry less information; fails if the
-  noise were not applied to the fed rewards, or UAT ignored the rewards anyway.
+* ``uat_above_vt_at_sigma_<sigma>`` (gap at sigma > 0.1, the band below which the null
+  and shuffle checks call UAT "back to VT"; paper +0.18 at sigma = 2): under Gaussian
+  reward noise UAT still extracts the goal from the averaged shaping rewards. Fails if
+  UAT cannot integrate the noisy rewards at this size and budget, i.e. falls to VT.
 * ``gap_null_small``, ``gap_shuffle_small`` (< 0.1; paper +0.05, +0.02): without
   informative rewards UAT falls back to about VT; fails if UAT's gain came from
-  something other than the reward values (e.g. the actions alone), or if the shuffle
-  leaked the current reward.
+  something other than the reward values (e.g. its own actions alone), or if the
+  shuffle leaked the current reward.
 * ``sign_flip_unchanged`` (|UAT sign-flipped - UAT clean| <= 0.05): a sign flip keeps
   all the information, and UAT is trained under the same flip, so it must learn as well;
-  fails if training depended on the sign convention of the reward.
+  fails if training depended on the sign convention of the reward (e.g. a ReLU encoder
+  that learns from positive rewards only).
+
+``gap_shrink_<sigma>`` (gap at sigma minus the clean gap; paper 0.18 - 0.52) is
+reported, not checked: that noise costs information holds by construction.
+
+At the quick size ``uat_above_vt_at_sigma_2`` is fragile. On the screening seeds UAT
+trained on rewards with noise sigma = 2 (four times the +-0.5 shaping term) ended at
+VT's accuracy: gap +0.013 at 200 epochs, +0.024 at 400 epochs (so the epoch budget is
+not what is missing). On the judged seeds (one run of 200 epochs) it passed narrowly,
++0.120 +- 0.051 over 2 seeds (one seed below 0.1); the gradual runs there drift on
+14 cells on average, against 18 on the screening seeds, and fewer goals help both models.
+Our guess, untested here: the quick episodes (T = 30, half of Table 3's 60) hold too
+few noisy rewards to average the noise out; the full (Table 3) size tests the claim.
 """
 from __future__ import annotations
 
@@ -38,6 +54,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
+from experiments.studies.uat.darkroom import train_grid
 from uat_jax import cells
 from uat_jax.schedules import SCHEDULES
 from uat_jax.train import Task
@@ -60,6 +77,7 @@ class BoundaryConfig:
 
     size: cells.Size = cells.TABLE3
     seeds: int = 3
+    stream: int = 0  # seed stream of experiments.seeds: JUDGED = 0 (the checks), SCREENING = 1 (sizing)
     schedule: str = "gradual"
     sigma: float = 2.0  # the checked noise level (the paper's +0.18 is at sigma = 2)
     extra_sigmas: tuple[float, ...] = (0.5, 1.0, 5.0)  # further noise levels, reported and plotted
@@ -67,6 +85,8 @@ class BoundaryConfig:
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
+            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not self.sigma > 0:
@@ -85,14 +105,12 @@ def _conditions(sigmas) -> list[tuple[str, float]]:
 
 
 FULL = BoundaryConfig()
+# Quick size (cells.CPU, 200 epochs) screened on the SCREENING stream (stream=1, 2 seeds):
+# gap clean +0.504, sigma = 2 +0.013, null +0.017, shuffle +0.004, |flip - clean| 0.006,
+# i.e. uat_above_vt_at_sigma_2 fails there. 400 epochs (same seeds, UAT at sigma = 2 and
+# VT only) gave +0.024 (UAT 0.374, VT 0.350): more epochs do not rescue it, and a larger
+# budget would exceed the suite's runtime, so the size is kept (see the module docstring).
 QUICK = BoundaryConfig(size=cells.CPU, seeds=2, extra_sigmas=())
-
-
-def _train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int) -> dict:
-    """``train_cfg`` on every task x seed as one checkpointed sweep: outputs [tasks, seeds, ...]."""
-    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg), cells.cell_inputs(tasks, seeds.seed_keys(num_seeds)),
-                           labels=[f"condition {x}" for x in labels], num_seeds=num_seeds, loss_of=lambda o: o["loss"])
-    return cells.split_cells(out, len(tasks))
 
 
 def _curves(grid: dict, i: int) -> dict:
@@ -108,9 +126,10 @@ def compute_sweep(cfg: BoundaryConfig, field: str, values: list, ctx: RunContext
     points = [dataclasses.replace(cfg, sigma=float(v)) for v in values]
     union = _conditions(sorted({s for p in points for s in (*p.extra_sigmas, p.sigma)}))
     names = [label(*c) for c in union]
-    uat = _train_grid(ctx, "boundary_uat", cfg.size.train_config("uat"),
-                      [Task.make(cfg.schedule, *c) for c in union], names, cfg.seeds)
-    vt = _train_grid(ctx, "boundary_vt", cfg.size.train_config("vt"), [Task.make(cfg.schedule)], ["clean"], cfg.seeds)
+    uat = train_grid(ctx, "boundary_uat", cfg.size.train_config("uat"), [Task.make(cfg.schedule, *c) for c in union],
+                     [f"condition {x}" for x in names], cfg.seeds, cfg.stream)
+    vt = train_grid(ctx, "boundary_vt", cfg.size.train_config("vt"), [Task.make(cfg.schedule)], ["condition clean"],
+                    cfg.seeds, cfg.stream)
     out = []
     for p in points:
         rows = [names.index(label(*c)) for c in p.conditions()]
@@ -135,12 +154,13 @@ def summarize(cfg: BoundaryConfig, arrays: dict) -> Summary:
         metrics.update(cells.mean_std(f"gap_{name}", acc_uat[i] - acc_vt))
     g = lambda name: metrics[f"gap_{name}"]  # noqa: E731
     noisy = label("gaussian", cfg.sigma)
-    paper_shrink = PAPER[f"gap_{noisy}"] - PAPER["gap_clean"] if f"gap_{noisy}" in PAPER else None
+    metrics[f"gap_shrink_{noisy[len('gaussian_'):]}"] = g(noisy) - g("clean")
     found = [
         checks.above("gap_clean_wide", g("clean"), WIDE_GAP, paper=PAPER["gap_clean"],
                      claim="with clean feedback UAT leads Vanilla-TF by a wide margin"),
-        checks.below(f"gap_shrinks_at_sigma_{cfg.sigma:g}".replace(".", "p"), g(noisy) - g("clean"), 0.0,
-                     paper=paper_shrink, claim=f"the gap shrinks under Gaussian reward noise (sigma = {cfg.sigma:g})"),
+        checks.above(f"uat_above_vt_at_sigma_{noisy[len('gaussian_'):]}", g(noisy), SMALL_GAP,
+                     paper=PAPER.get(f"gap_{noisy}"),
+                     claim=f"under Gaussian reward noise (sigma = {cfg.sigma:g}) UAT stays above Vanilla-TF"),
         checks.below("gap_null_small", g("null"), SMALL_GAP, paper=PAPER["gap_null"],
                      claim="with null rewards UAT falls back to about Vanilla-TF"),
         checks.below("gap_shuffle_small", g("shuffle"), SMALL_GAP, paper=PAPER["gap_shuffle"]),
