@@ -20,10 +20,16 @@ import numpy as np
 from experiments import sweep
 from experiments.registry import RunContext
 
-__all__ = ["JUDGED", "SCREENING", "map_fn", "mapped", "seed_keys", "train_grid", "train_over_seeds", "train_chunked"]
+__all__ = ["JUDGED", "SCREENING", "check_stream", "map_fn", "mapped", "seed_keys", "train_grid", "train_over_seeds", "train_chunked"]
 
 JUDGED = 0
 SCREENING = 1
+
+
+def check_stream(stream) -> None:
+    """A study config's ``stream`` field must name one of the two streams: a clear error otherwise."""
+    if isinstance(stream, bool) or stream not in (JUDGED, SCREENING):
+        raise ValueError(f"stream must be {JUDGED} (judged seeds) or {SCREENING} (screening seeds), got {stream!r}")
 
 
 def seed_keys(num_seeds: int, stream: int = JUDGED) -> np.ndarray:

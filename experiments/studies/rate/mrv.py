@@ -65,6 +65,7 @@ import numpy as np
 import rate_jax
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
+from experiments.studies.rate import training
 
 PAPER: dict[str, float] = {}  # the paper states the bound and its assumption, no measured numbers
 MODELS = ("RATE", "RATE-noMRV")
@@ -107,8 +108,7 @@ class MRVStudyConfig:
              f"an integer > train.num_segments + 1 = {self.train.num_segments + 1} (beyond training)",
              self.long_segments)
         need(self.long_trajectories >= 1, "long_trajectories", "an integer >= 1", self.long_trajectories)
-        need(isinstance(self.stream, int) and self.stream >= 0, "stream",
-             f"an integer >= 0 ({seeds.JUDGED}: judged seeds, {seeds.SCREENING}: screening seeds)", self.stream)
+        seeds.check_stream(self.stream)
 
     @property
     def effective_keys(self) -> int:
@@ -150,18 +150,8 @@ FULL = MRVStudyConfig(
 
 
 def train_model(config: MRVStudyConfig, name: str, ctx: RunContext):
-    """``config.seeds`` seeds of one model in one vmapped program, checkpointed per chunk.
-
-    Returns (TrainState [S, ...] as host arrays, curves {metric: [S, num_steps]}, val turn accuracy [S]).
-    """
-    tcfg = config.train_config(name)
-    keys = jnp.asarray(seeds.seed_keys(config.seeds, config.stream))  # raw uint32 keys: checkpointable
-    per_chunk = tcfg.num_steps // config.chunks
-    state = seeds.train_chunked(ctx, f"ckpt_{name}", rate_jax.make_chunk(tcfg, config.chunks),
-                                rate_jax.init_chunked(tcfg, keys), config.chunks, model=name,
-                                loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
-    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
-    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
+    """``config.seeds`` seeds of model ``name`` (``training.train_seeds``): (state, curves, val turn accuracy)."""
+    return training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream, config.chunks)
 
 
 def long_memories(config: MRVStudyConfig, name: str, params) -> dict[str, np.ndarray]:

@@ -59,6 +59,7 @@ import numpy as np
 import rate_jax
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
+from experiments.studies.rate import training
 
 PAPER = {
     "rate_success_in_distribution": 1.0,
@@ -127,8 +128,7 @@ class TMazeStudyConfig:
         _need(max(self.train_corridors) in x, "eval_corridors",
               f"a tuple containing the longest training corridor {max(self.train_corridors)}", x)
         _need(max(x) > self.context_steps, "eval_corridors", f"a tuple reaching beyond K*N = {self.context_steps}", x)
-        _need(isinstance(self.stream, int) and self.stream >= 0, "stream",
-              f"an integer >= 0 ({seeds.JUDGED}: judged seeds, {seeds.SCREENING}: screening seeds)", self.stream)
+        seeds.check_stream(self.stream)
 
     @property
     def context_steps(self) -> int:
@@ -194,19 +194,8 @@ FULL = TMazeStudyConfig(
 
 
 def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
-    """Train ``config.seeds`` seeds of one model in one vmapped program, checkpointed per chunk.
-
-    Returns (TrainState with leading axis S (host arrays), curves {metric: [S, num_steps]},
-    teacher-forced validation turn accuracy [S]).
-    """
-    tcfg = config.train_config(name)
-    keys = jnp.asarray(seeds.seed_keys(config.seeds, config.stream))  # raw uint32 keys: checkpointable
-    per_chunk = config.num_steps // config.chunks
-    state = seeds.train_chunked(ctx, f"ckpt_{name}", rate_jax.make_chunk(tcfg, config.chunks),
-                                rate_jax.init_chunked(tcfg, keys), config.chunks, model=name,
-                                loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
-    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
-    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
+    """``config.seeds`` seeds of model ``name`` (``training.train_seeds``): (state, curves, val turn accuracy)."""
+    return training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream, config.chunks)
 
 
 def evaluate_variant(config: TMazeStudyConfig, name: str, params, memory_noise: bool = False) -> np.ndarray:

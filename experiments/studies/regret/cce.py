@@ -94,8 +94,7 @@ class CCEConfig:
             raise ValueError(f"num_seeds must be >= 2 (a std over seeds is reported), got {self.num_seeds}")
         if self.scan_sequences < 1000:
             raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
 
     @property
     def T(self) -> int:

@@ -65,8 +65,7 @@ class DeepConfig:
             raise ValueError(f"bias_scale must be > 0, got {self.bias_scale}")
         if self.scan_sequences < 1000:
             raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
 
     def depth_config(self, depth: int) -> rj.TrainConfig:
         return dataclasses.replace(self.train, num_layers=depth)

@@ -62,8 +62,7 @@ class MatchConfig:
             raise ValueError(f"heldout_sequences must be >= 100, got {self.heldout_sequences}")
         if self.scan_sequences < 1000:
             raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
 
 
 # Screened on SCREENING-stream seeds (seed_keys(3, 1), ``--set stream=1``) with this config, budget

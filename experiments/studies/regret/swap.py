@@ -89,8 +89,7 @@ class SwapConfig:
             raise ValueError(f"eta grid needs 0 < eta_min < eta_max and num_etas >= 2, got {self.eta_min}, {self.eta_max}, {self.num_etas}")
         if self.scan_sequences < 1000:
             raise ValueError(f"scan_sequences must be >= 1000, got {self.scan_sequences}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
 
     @property
     def T(self) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.darkroom import train_grid
+from experiments.studies.uat.training import train_grid
 from uat_jax import cells
 from uat_jax.config import ABLATIONS
 from uat_jax.schedules import SCHEDULES
@@ -71,8 +71,7 @@ class AblationConfig:
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
         if not self.schedules or not set(self.schedules) <= set(SCHEDULES) or len(set(self.schedules)) != len(self.schedules):
             raise ValueError(f"schedules must be distinct names from {SCHEDULES}, got {self.schedules}")
         if "uat" not in self.variants or not set(self.variants) <= set(VARIANTS) or len(set(self.variants)) != len(self.variants):

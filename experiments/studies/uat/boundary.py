@@ -54,7 +54,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.darkroom import train_grid
+from experiments.studies.uat.training import train_grid
 from uat_jax import cells
 from uat_jax.schedules import SCHEDULES
 from uat_jax.train import Task
@@ -85,8 +85,7 @@ class BoundaryConfig:
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not self.sigma > 0:

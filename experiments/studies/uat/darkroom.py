@@ -38,6 +38,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
+from experiments.studies.uat.training import train_grid
 from uat_jax import cells
 from uat_jax.config import KINDS
 from uat_jax.schedules import SCHEDULES
@@ -69,8 +70,7 @@ class DarkroomConfig:
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        if self.stream not in (seeds.JUDGED, seeds.SCREENING):
-            raise ValueError(f"stream must be {seeds.JUDGED} (judged) or {seeds.SCREENING} (screening), got {self.stream}")
+        seeds.check_stream(self.stream)
         if not set(CHECKED) <= set(self.models) <= set(KINDS) or len(set(self.models)) != len(self.models):
             raise ValueError(f"models must be distinct names from {KINDS} including {CHECKED}, got {self.models}")
         if not self.schedules or not set(self.schedules) <= set(SCHEDULES) or len(set(self.schedules)) != len(self.schedules):
@@ -84,16 +84,6 @@ FULL = DarkroomConfig()
 # 18 / 100 / 4 distinct goals. Every check passes with margin there, so the size (whose
 # 200 epochs an earlier session raised after failures on the judged seeds) is kept.
 QUICK = DarkroomConfig(size=cells.CPU, seeds=2, models=CHECKED)
-
-
-def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
-               stream: int) -> dict:
-    """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep:
-    outputs [tasks, seeds, ...]. Shared by the ``uat.*`` training studies."""
-    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg),
-                           cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)),
-                           labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"])
-    return cells.split_cells(out, len(tasks))
 
 
 def compute(cfg: DarkroomConfig, ctx: RunContext) -> dict:

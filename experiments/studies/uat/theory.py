@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import checks
-from experiments.seeds import JUDGED, SCREENING, train_over_seeds
+from experiments.seeds import JUDGED, check_stream, train_over_seeds
 from experiments.registry import RunContext, Study, Summary, register
 from uat_jax import theory
 from uat_jax.config import ModelConfig
@@ -93,8 +93,7 @@ class TheoryConfig:
         for name in ("batch", "eval_episodes", "steps", "seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.stream not in (JUDGED, SCREENING):
-            raise ValueError(f"stream must be {JUDGED} (judged) or {SCREENING} (screening), got {self.stream}")
+        check_stream(self.stream)
 
 
 FULL = TheoryConfig()
