@@ -36,12 +36,14 @@ class CriticStep:
 
 @struct.dataclass
 class LoopTrace:
-    """Per-round records (``[T]``, counts ``[T, S, A]``) and the returned policy ``pi_hat_T``."""
+    """Per-round records (``[T]``, counts ``[T, S, A]``), every round's policy ``pi_hat_{k+1}``
+    (``policies [T, S, A]``) and the returned policy ``pi_hat_T``."""
 
     zeta: jax.Array
     delta: jax.Array
     dbar: jax.Array
     counts: jax.Array
+    policies: jax.Array
     policy: jax.Array
 
 
@@ -78,9 +80,9 @@ def closed_loop(key, mdp: FiniteMDP, actor: Actor, critic, pi0, Q0, stream0, eta
         dbar = greedy_defect(mdp, pi, Q)
         out = critic(key_k, pi_hat, Q, stream)
         delta = jnp.max(jnp.abs(out.Q_next - bellman_operator(mdp, pi_hat, Q)))
-        return (pi_hat, out.Q_next, out.stream_state), (zeta, delta, dbar, out.counts)
+        return (pi_hat, out.Q_next, out.stream_state), (zeta, delta, dbar, out.counts, pi_hat)
 
-    (pi_T, _, _), (zeta, delta, dbar, counts) = jax.lax.scan(
+    (pi_T, _, _), (zeta, delta, dbar, counts, policies) = jax.lax.scan(
         round_, (pi0, Q0, jnp.asarray(stream0)), jax.random.split(key, rounds)
     )
-    return LoopTrace(zeta=zeta, delta=delta, dbar=dbar, counts=counts, policy=pi_T)
+    return LoopTrace(zeta=zeta, delta=delta, dbar=dbar, counts=counts, policies=policies, policy=pi_T)

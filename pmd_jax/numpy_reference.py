@@ -1,4 +1,5 @@
-"""Plain numpy references: PMD, policy evaluation, one-step TD, and the decoder's forward map.
+"""Plain numpy references: PMD, policy evaluation, one-step TD, the decoder's forward map, the simplex projection
+and the fitted step.
 
 Written with explicit loops and no JAX, as the independent side of the cross-check tests
 (PolicyAttention, arXiv 2609.30500, section 16: "repository cross-check") and as the per-cell numpy baseline of
@@ -58,3 +59,40 @@ def decoder_forward(params: dict, tokens: np.ndarray, mask: np.ndarray) -> np.nd
         x = x + hidden @ ffn["w_down"]
         b += 1
     return x
+
+
+def project_simplex_np(v: np.ndarray, iters: int = 200) -> np.ndarray:
+    """Euclidean projection of each last-axis vector onto the simplex, ``max(v - tau, 0)`` with the threshold
+    ``tau`` found by bisection on ``sum_a max(v_a - tau, 0) = 1`` (decreasing in ``tau``; not the sort-based rule)."""
+    v = np.asarray(v, dtype=np.float64)
+    rows = v.reshape(-1, v.shape[-1])
+    out = np.empty_like(rows)
+    for i, row in enumerate(rows):
+        lo, hi = row.min() - 1.0, row.max()  # mass >= 1 at lo, 0 at hi
+        for _ in range(iters):
+            tau = 0.5 * (lo + hi)
+            if np.maximum(row - tau, 0.0).sum() > 1.0:
+                lo = tau
+            else:
+                hi = tau
+        out[i] = np.maximum(row - 0.5 * (lo + hi), 0.0)
+    return out.reshape(v.shape)
+
+
+def fitted_step_np(pi_out: np.ndarray, pi: np.ndarray, Q: np.ndarray, grid: np.ndarray) -> float:
+    """The ``eta`` of ``grid`` minimising ``sum_rows KL(pi_out || pmd_step(pi, Q, eta))`` over every row of every
+    leading axis, by brute force."""
+    A = pi.shape[-1]
+    p_out, p, q = (np.asarray(x, dtype=np.float64).reshape(-1, A) for x in (pi_out, pi, Q))
+    best, best_kl = None, np.inf
+    for eta in grid:
+        kl = 0.0
+        for s in range(p.shape[0]):
+            w = p[s] * np.exp(eta * (q[s] - q[s].max()))
+            model = w / w.sum()
+            for a in range(A):
+                if p_out[s, a] > 0:
+                    kl += p_out[s, a] * (np.log(p_out[s, a]) - np.log(model[a]))
+        if kl < best_kl:
+            best, best_kl = float(eta), kl
+    return best

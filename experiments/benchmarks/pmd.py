@@ -4,9 +4,13 @@
   calling the jitted single-cell program and the plain numpy forward map.
 * ``bench pmd.coverage``: the whole coverage study (every MDP, arm and round) as one
   program against a Python loop over MDPs, arms and rounds calling one jitted round.
+* ``bench pmd.repeated_control``: the FULL training sizes (5 actors x 51,200 steps, one
+  critic x 12,800): seconds per step with the runs vmapped against a loop over runs, and
+  the extrapolated minutes of a full run on this machine.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -119,3 +123,29 @@ def coverage(out_dir) -> dict:
     return {"mdps": cfg.n_mdps, "arms": len(coverage_study.ARMS), "rounds": cfg.rounds,
             "program_compile_s": t_vec["compile_s"], "program_s": t_vec["min_s"], "program_per_mdp_s": vec_per_mdp,
             "loop_mdps_timed": n_loop, "loop_per_mdp_s": loop_per_mdp, "ratio_loop_vs_program": loop_per_mdp / vec_per_mdp}
+
+
+@bench("pmd.repeated_control")
+def repeated_control(out_dir) -> dict:
+    """Training cost of the FULL sizes: every run vmapped in one chunk program against a Python loop over runs
+    (one single-run program each), timed over ``steps`` steps and extrapolated to the full step counts."""
+    from experiments.studies.pmd import repeated_control as rc_study
+    from pmd_jax import train
+
+    cfg, steps = rc_study.FULL, 50
+    out = {"runs": cfg.runs, "steps_timed": steps}
+    for role, tcfg in (("actor", cfg.actor), ("critic", cfg.critic)):
+        short = dataclasses.replace(tcfg, num_steps=steps, warmup=0)
+        runs = cfg.runs if role == "actor" else 1
+        keys = jax.random.key_data(jax.random.split(jax.random.key(0), runs))
+        chunk = train.make_chunk(short, role, 1)
+        t_vec = benchmark.time_call(chunk, train.init_run(short, role, keys, np.zeros(runs)), jnp.int32(0), repeats=2)
+        one = jax.jit(chunk)
+        singles = [train.init_run(short, role, keys[i:i + 1], np.zeros(1)) for i in range(runs)]
+        jax.block_until_ready(one(singles[0], jnp.int32(0)))
+        loop = benchmark.time_python(lambda f, ss: [f(s, jnp.int32(0)) for s in ss], one, singles, repeats=2)
+        per_step = t_vec["min_s"] / steps
+        out |= {f"{role}_compile_s": t_vec["compile_s"], f"{role}_vmapped_per_step_s": per_step,
+                f"{role}_loop_per_step_s": loop["min_s"] / steps, f"{role}_ratio_loop_vs_vmapped": loop["min_s"] / t_vec["min_s"],
+                f"{role}_full_steps": tcfg.num_steps, f"{role}_full_estimate_min": per_step * tcfg.num_steps / 60}
+    return out

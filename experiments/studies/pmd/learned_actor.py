@@ -1,0 +1,232 @@
+"""Study ``pmd.learned_actor``: does an ordinary pre-LN Transformer trained without PMD labels
+learn the PMD map? (one-step correspondence and fitted step).
+
+Paper: "PolicyAttention: Softmax Attention Implements Policy Mirror Descent for
+Closed-Loop Control" (arXiv 2609.30500), sections 6, 9 and 11, Figure 6 and the
+"held-out actor correspondence" table of section 15.
+
+Every run trains a :class:`pmd_jax.learned.LearnedActor` (pre-LN causal Transformer,
+``config.train.model``) on generated MDPs (S = 4, A = 3, gamma = 0.8, family ``iid`` of
+:mod:`pmd_jax.tasks`, a fixed pool from the ``train`` key stream): ``seeds`` runs with the
+label-free KL-proximal objective and ``seeds`` with the supervised cross-entropy to PMD
+(for the fitted-step comparison), all ``2 x seeds`` runs in one vmapped program,
+chunked and checkpointed. The trained actors are kept in ``models/actor`` (run ``i``:
+label-free for ``i < seeds``, supervised after), for other studies to load.
+
+Held-out evaluation, on the ``test`` key stream's MDPs (disjoint from training): task
+cells = policy-entropy bands (``entropies``, ranges of the prior's inverse temperature,
+``pmd_jax.tasks.POLICY_ENTROPY``) x supplied steps (``etas``), one input per test MDP
+per cell. Our cells are 3 x 5 = 15; the paper reports 18 task cells but does not define
+them. ``heldout.npz`` holds every input and the label-free run 0's outputs (plus every
+run's): ``log_pi, Q, R, eta, entropy [N], pi_learned [N, S, A], pi_learned_runs [runs, N, S, A],
+supervised [runs]``, so anyone can recompute the distances.
+
+Reported: mean row-L1 (sum_a |.|, averaged over states, inputs and label-free runs) from
+the actor to each of the five fixed rules of :mod:`pmd_jax.rules` (our readings of the
+paper's names are there), mean KL(actor || PMD), the same for the supervised runs, the
+fitted step (``training.fitted_step_median``: per input the moment-matching step of
+:func:`pmd_jax.rules.fitted_step`, then the median over a run's inputs at one supplied
+step) against the supplied step with its least-squares slope per objective, and the
+label-free actors' row-L1 to PMD on the four further families (``transfer_families``).
+
+Checks, and how each could fail:
+
+* ``PMD is the closest of the five fixed rules`` (label-free actors' row-L1 to PMD below
+  the next-closest rule's): an actor that learned a different update (an additive step,
+  ignoring its prior, or not updating) is closer to that rule; an undertrained actor
+  stays near its initialisation, which is none of them.
+* ``label-free fitted slope in (0, 1)``: the refitted step regressed on the supplied
+  step must rise (the actor uses the ``eta`` it is given; an actor that ignores ``eta``
+  has slope 0) and stay below 1 (shrinkage to the middle of the training range, the
+  paper's 0.743); an actor that over-reacts to ``eta`` has slope >= 1.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from experiments import checks, io
+from experiments.registry import RunContext, Study, Summary, register
+from experiments.seeds import JUDGED, check_stream, seed_keys
+from experiments.studies.pmd import training
+from pmd_jax import rules, tasks
+from pmd_jax.train import TrainConfig
+from pmd_jax.transformer import ModelConfig
+
+PAPER = {
+    "row_l1_pmd": 0.0357, "row_l1_additive_projected": 0.112, "row_l1_prior": 0.239, "row_l1_boltzmann_q": 0.606,
+    "row_l1_reward_only": 0.607, "kl_to_pmd": 0.0022, "fitted_slope_label_free": 0.743,
+    "fitted_slope_supervised": 0.885, "fitted_step_at_0.8_lo": 0.755, "fitted_step_at_0.8_hi": 0.810,
+}
+OBJECTIVES = ("label_free", "supervised")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedActorConfig:
+    train: TrainConfig = TrainConfig()
+    seeds: int = 15  # runs per objective (paper: 15 runs)
+    stream: int = JUDGED
+    chunks: int = 8
+    etas: tuple[float, ...] = (0.4, 0.6, 0.8, 1.0, 1.2)  # supplied steps of the held-out cells
+    entropies: tuple[str, ...] = ("low", "any", "high")  # prior bands of the held-out cells
+    n_test_mdps: int = 64
+    transfer_families: tuple[str, ...] = tasks.FAMILIES[1:]
+    eval_seed: int = 7  # PRNG seed of the held-out policies
+
+    def __post_init__(self):
+        check_stream(self.stream)
+        if self.seeds < 1 or self.n_test_mdps < 1 or self.chunks < 1:
+            raise ValueError(f"seeds, n_test_mdps and chunks must be >= 1, got {self.seeds}, {self.n_test_mdps}, "
+                             f"{self.chunks}")
+        if self.train.num_steps % self.chunks:
+            raise ValueError(f"chunks={self.chunks} must divide train.num_steps={self.train.num_steps}")
+        lo, hi = tasks.ETA_RANGE
+        if len(self.etas) < 2 or not all(lo <= e <= hi for e in self.etas):
+            raise ValueError(f"etas must hold at least 2 steps inside the training range {tasks.ETA_RANGE}, got {self.etas}")
+        for name, values, allowed in (("entropies", self.entropies, tuple(tasks.POLICY_ENTROPY)),
+                                      ("transfer_families", self.transfer_families, tasks.FAMILIES)):
+            bad = [v for v in values if v not in allowed]
+            if bad or not values:
+                raise ValueError(f"{name} must be a non-empty subset of {allowed}, got {values}")
+
+
+# Sizes from a prototype (2 runs from seeds outside both streams, scored on 64 test MDPs: d_model 64 / 32 at 800
+# steps, row-L1 to PMD 0.014 / 0.025),
+# then screened on stream 1 (3 seeds): row-L1 to PMD 0.023, next closest (additive) 0.043, fitted slope 0.94.
+QUICK = LearnedActorConfig(train=TrainConfig(model=ModelConfig(d_model=32, num_layers=2), num_steps=800, warmup=80),
+                           seeds=3, chunks=4, n_test_mdps=32)
+FULL = LearnedActorConfig(train=TrainConfig(num_steps=12_800, warmup=400))
+
+
+def evaluate(cfg: LearnedActorConfig, params, supervised: np.ndarray) -> dict:
+    """Held-out inputs and every run's outputs, the rules' outputs, fitted steps and transfer distances."""
+    actor = cfg.train.actor()
+    blocks = [training.heldout_inputs("iid", "test", cfg.n_test_mdps, e, cfg.etas, cfg.eval_seed) for e in cfg.entropies]
+    x = jax.tree.map(lambda *a: np.concatenate(a), *blocks)
+    n_cell = len(cfg.etas) * cfg.n_test_mdps
+
+    @jax.jit
+    def outputs(params, x):
+        per_run = jax.vmap(lambda p: jax.vmap(lambda pi, Q, e: actor.log_policy(p, pi, Q, e))(x.pi, x.Q, x.eta))
+        return per_run(params)
+
+    log_out = np.asarray(outputs(params, x), np.float64)  # [runs, N, S, A]
+    rule_out = np.asarray(jax.jit(jax.vmap(rules.apply_rules))(x.pi, x.Q, x.mdp.R, x.eta), np.float64)  # [N, 5, S, A]
+    eta_idx = np.tile(np.repeat(np.arange(len(cfg.etas)), cfg.n_test_mdps), len(cfg.entropies))
+
+    by_eta = np.stack([np.flatnonzero(eta_idx == j) for j in range(len(cfg.etas))])  # [etas, inputs per step]
+    fit_all = jax.jit(jax.vmap(jax.vmap(training.fitted_step_median), in_axes=(0, None, None)))
+    fit = np.asarray(fit_all(np.exp(log_out)[:, by_eta], np.asarray(x.pi)[by_eta], np.asarray(x.Q)[by_eta]))  # [runs, etas]
+    transfer = {}
+    label_free = jax.tree.map(lambda a: a[: cfg.seeds], params)
+    for fam in cfg.transfer_families:
+        xf = training.heldout_inputs(fam, "test", cfg.n_test_mdps, "any", cfg.etas, cfg.eval_seed)
+        out = np.exp(np.asarray(outputs(label_free, xf), np.float64))
+        pmd = np.asarray(jax.vmap(rules.apply_rules)(xf.pi, xf.Q, xf.mdp.R, xf.eta))[:, 0]
+        transfer[fam] = np.abs(out - pmd[None]).sum(-1).mean(axis=(1, 2))  # [label-free runs]
+    return {"log_pi": np.log(np.asarray(x.pi, np.float64)), "Q": np.asarray(x.Q, np.float64),
+            "R": np.asarray(x.mdp.R, np.float64), "eta": np.asarray(x.eta, np.float64),
+            "entropy": np.repeat(np.arange(len(cfg.entropies)), n_cell), "log_pi_learned": log_out,
+            "rules": rule_out, "fitted_step": fit, "transfer_row_l1": transfer}
+
+
+def compute(cfg: LearnedActorConfig, ctx: RunContext) -> dict:
+    keys = np.concatenate([seed_keys(cfg.seeds, cfg.stream)] * 2)  # the same seeds under both objectives
+    supervised = np.repeat([0.0, 1.0], cfg.seeds)
+    params, curves = training.train_runs(ctx, "actor", cfg.train, "actor", keys, supervised, cfg.chunks)
+    loss = curves["loss"]
+    return {"params": params, "supervised": supervised, "heldout": evaluate(cfg, params, supervised),
+            "curves": {obj: {"loss": loss[supervised == float(i)]} for i, obj in enumerate(OBJECTIVES)}}
+
+
+def summarize(cfg: LearnedActorConfig, arrays: dict) -> Summary:
+    h = arrays["heldout"]
+    sup = np.asarray(arrays["supervised"]) > 0.5
+    pi_out = np.exp(h["log_pi_learned"])  # [runs, N, S, A]
+    dist = np.abs(pi_out[:, :, None] - h["rules"][None]).sum(-1).mean(axis=(1, 3))  # [runs, rules]
+    pmd = h["rules"][:, 0]
+    kl = np.sum(pi_out * (h["log_pi_learned"] - np.log(np.maximum(pmd, 1e-300))[None]), -1).mean(axis=(1, 2))
+    etas = np.asarray(cfg.etas)
+    metrics, table = {}, {"rule": list(rules.RULES)}
+    for obj, rows in (("label_free", ~sup), ("supervised", sup)):
+        table[f"row_l1_{obj}"] = dist[rows].mean(0).tolist()
+        for j, rule in enumerate(rules.RULES):
+            metrics[f"row_l1_{rule}" if obj == "label_free" else f"row_l1_{rule}_supervised"] = float(dist[rows, j].mean())
+        metrics["kl_to_pmd" if obj == "label_free" else "kl_to_pmd_supervised"] = float(kl[rows].mean())
+        fit = h["fitted_step"][rows]  # [runs, etas]
+        slope, _ = np.polyfit(np.tile(etas, fit.shape[0]), fit.reshape(-1), 1)
+        metrics[f"fitted_slope_{obj}"] = float(slope)
+        at = np.flatnonzero(np.isclose(etas, 0.8))
+        if at.size:
+            metrics[f"fitted_step_at_0.8_lo_{obj}"] = float(fit[:, at[0]].min())
+            metrics[f"fitted_step_at_0.8_hi_{obj}"] = float(fit[:, at[0]].max())
+    table["paper_label_free"] = [PAPER[f"row_l1_{r}"] for r in rules.RULES]
+    for e_i, band in enumerate(cfg.entropies):
+        rows = h["entropy"] == e_i
+        metrics[f"row_l1_pmd_{band}_entropy"] = float(np.abs(pi_out[~sup][:, rows] - pmd[rows][None]).sum(-1).mean())
+        metrics[f"row_l1_pmd_max_{band}_entropy"] = float(np.abs(pi_out[~sup][:, rows] - pmd[rows][None]).sum(-1).max())
+    for fam, d in h["transfer_row_l1"].items():
+        metrics[f"row_l1_pmd_{fam}"] = float(np.mean(d))
+    label_free = dist[~sup].mean(0)
+    others = [j for j in range(len(rules.RULES)) if rules.RULES[j] != "pmd"]
+    nearest = others[int(np.argmin(label_free[others]))]
+    metrics["row_l1_next_closest"] = float(label_free[nearest])
+    found = [
+        checks.below("PMD is the closest of the five fixed rules (label-free actors)", metrics["row_l1_pmd"],
+                     metrics["row_l1_next_closest"], paper=PAPER["row_l1_pmd"],
+                     claim=f"held-out row-L1 to PMD below the next-closest rule ({rules.RULES[nearest]})"),
+        checks.between("label-free fitted slope in (0, 1)", metrics["fitted_slope_label_free"], 0.0, 1.0,
+                       paper=PAPER["fitted_slope_label_free"],
+                       claim="the actor follows the supplied step, shrunk towards the middle of the training range"),
+    ]
+    fits = {"eta": etas.tolist()}
+    for obj, rows in (("label_free", ~sup), ("supervised", sup)):
+        fits[f"fitted_mean_{obj}"] = h["fitted_step"][rows].mean(0).tolist()
+        fits[f"fitted_min_{obj}"] = h["fitted_step"][rows].min(0).tolist()
+        fits[f"fitted_max_{obj}"] = h["fitted_step"][rows].max(0).tolist()
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "fitted_step": fits})
+
+
+def write(cfg: LearnedActorConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``heldout.npz``, the kept actors ``models/actor`` and ``correspondence.png`` (Figure 6)."""
+    h, sup = arrays["heldout"], np.asarray(arrays["supervised"])
+    pi_runs = np.exp(h["log_pi_learned"])
+    io.save_npz(out_dir / "heldout.npz", log_pi=h["log_pi"], Q=h["Q"], R=h["R"], eta=h["eta"], entropy=h["entropy"],
+                entropy_names=np.array(cfg.entropies), pi_learned=pi_runs[0], pi_learned_runs=pi_runs, supervised=sup)
+    training.keep(out_dir, "actor", cfg.train, "actor", arrays["params"],
+                  {"supervised": sup.tolist(), "stream": cfg.stream, "seeds": cfg.seeds,
+                   "train": dataclasses.asdict(cfg.train)})
+    import matplotlib.pyplot as plt
+
+    t, f = summary.tables["table"], summary.tables["fitted_step"]
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    y = np.arange(len(rules.RULES))[::-1]
+    ax0.barh(y + 0.2, t["row_l1_label_free"], 0.4, label="ours, no PMD labels")
+    ax0.barh(y - 0.2, t["paper_label_free"], 0.4, color="0.7", label="paper")
+    ax0.set_yticks(y, rules.RULES)
+    ax0.set_xlabel("mean held-out row-L1 from the learned actor to the rule")
+    ax0.legend(fontsize=8)
+    for obj, color in (("label_free", "tab:blue"), ("supervised", "tab:orange")):
+        ax1.errorbar(f["eta"], f[f"fitted_mean_{obj}"],
+                     yerr=[np.subtract(f[f"fitted_mean_{obj}"], f[f"fitted_min_{obj}"]),
+                           np.subtract(f[f"fitted_max_{obj}"], f[f"fitted_mean_{obj}"])],
+                     marker="o", capsize=3, color=color,
+                     label=f"{obj.replace('_', ' ')} (slope {summary.metrics[f'fitted_slope_{obj}']:.3f}; "
+                           f"paper {PAPER[f'fitted_slope_{obj}']})")
+    ax1.plot(f["eta"], f["eta"], "k:", lw=1, label="fitted = supplied")
+    ax1.set_xlabel("step size supplied, eta")
+    ax1.set_ylabel("fitted step (mean, min-max over seeds)")
+    ax1.legend(fontsize=8)
+    fig.suptitle("One-step correspondence of the learned pre-LN actor (held-out test MDPs)", fontsize=10)
+    fig.tight_layout()
+    io.save_figure(fig, out_dir / "correspondence.png")
+
+
+STUDY = register(Study(
+    name="pmd.learned_actor",
+    summary="PolicyAttention learned pre-LN actor: row-L1 to five fixed rules, fitted step (Figure 6)",
+    config_type=LearnedActorConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    paper=PAPER, seeds_field="seeds",
+))

@@ -1,0 +1,78 @@
+"""An ordinary pre-LN causal Transformer for the learned actor and critic (PolicyAttention,
+arXiv 2609.30500, sections 6 and 9: "ordinary pre-LN Transformers trained on generated MDPs").
+
+Unlike the frozen decoder (:mod:`pmd_jax.decoder`) this model is trained, has layer
+normalisation and knows nothing of PMD: GPT-style blocks ``h <- h + Attn(LN(h))``,
+``h <- h + MLP(LN(h))`` (GELU, ``mlp_ratio`` times wider), a linear embedding of the
+token features plus learned positions, a final LayerNorm and a linear read-out. The
+attention mask is causal: token ``t`` sees tokens ``0..t``, so every packet puts its
+memories before the tokens that read them.
+
+:class:`ModelConfig` is the architecture; :meth:`ModelConfig.architecture` (with the
+token width and output width of the role the model plays) is what a kept checkpoint
+records, so a checkpoint of a different architecture is refused by name
+(``experiments.models``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the pre-LN Transformer (the same kind for actor and critic)."""
+
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    mlp_ratio: int = 4
+
+    def __post_init__(self):
+        for name in ("d_model", "num_layers", "num_heads", "mlp_ratio"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+
+
+class _Block(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, h: jax.Array, mask: jax.Array) -> jax.Array:
+        c = self.config
+        h = h + nn.MultiHeadDotProductAttention(num_heads=c.num_heads, qkv_features=c.d_model)(nn.LayerNorm()(h), mask=mask)
+        m = nn.gelu(nn.Dense(c.mlp_ratio * c.d_model)(nn.LayerNorm()(h)))
+        return h + nn.Dense(c.d_model)(m)
+
+
+class PreLNTransformer(nn.Module):
+    """tokens ``[..., T, F]`` -> outputs ``[..., T, out_dim]``, output ``t`` a function of tokens ``0..t``."""
+
+    config: ModelConfig
+    out_dim: int
+    max_len: int
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        chex.assert_rank(tokens, {2, 3})
+        T = tokens.shape[-2]
+        if T > self.max_len:
+            raise ValueError(f"packet length {T} exceeds the model's max_len={self.max_len}")
+        pos = self.param("pos", nn.initializers.normal(0.02), (self.max_len, self.config.d_model))
+        h = nn.Dense(self.config.d_model, name="embed")(tokens) + pos[:T]
+        mask = nn.make_causal_mask(jnp.ones(tokens.shape[:-1]))
+        for _ in range(self.config.num_layers):
+            h = _Block(self.config)(h, mask)
+        return nn.Dense(self.out_dim, name="readout")(nn.LayerNorm()(h))
+
+
+def architecture(config: ModelConfig, role: str, token_width: int, out_dim: int, max_len: int) -> dict:
+    """What identifies a trained model's parameter shapes and meaning (recorded with every kept checkpoint)."""
+    return {"role": role, **dataclasses.asdict(config), "token_width": token_width, "out_dim": out_dim,
+            "max_len": max_len}

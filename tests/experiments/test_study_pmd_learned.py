@@ -1,0 +1,139 @@
+"""The learned PolicyAttention studies at a tiny size through the CLI: the files the issue specifies
+(``heldout.npz``, ``control.csv``), metrics recomputed from them with numpy, the kept models
+loaded back (and refused for another architecture), the bootstrap and the config errors."""
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import models
+from experiments.cli import main
+from experiments.studies.pmd import learned_actor as la
+from experiments.studies.pmd import repeated_control as rc
+from experiments.studies.pmd import training
+from pmd_jax import numpy_reference as ref
+from pmd_jax.train import TrainConfig
+from pmd_jax.transformer import ModelConfig
+
+TINY_MODEL = {"model.d_model": 8, "model.num_layers": 1, "model.num_heads": 2, "num_steps": 4, "warmup": 0,
+              "batch_size": 4, "n_train_mdps": 8}
+
+
+def _sets(prefix, values):
+    out = []
+    for k, v in values.items():
+        out += ["--set", f"{prefix}{k}={json.dumps(v)}"]
+    return out
+
+
+def _run(tmp_path, study, *sets):
+    assert main(["run", study, "--quick", *sets, "--out", str(tmp_path)]) in (0, 1)  # tiny runs may miss a claim
+    return tmp_path / study, json.loads((tmp_path / study / "result.json").read_text())
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_learned_actor_files_metrics_and_kept_model(tmp_path):
+    study_dir, result = _run(tmp_path, "pmd.learned_actor", *_sets("train.", TINY_MODEL), "--set", "seeds=1",
+                             "--set", "chunks=2", "--set", "n_test_mdps=4", "--set", "etas=[0.4,0.8]",
+                             "--set", 'entropies=["low","any"]', "--set", 'transfer_families=["reward_x2"]')
+    with np.load(study_dir / "heldout.npz") as h:
+        h = dict(h)
+    n = 2 * 2 * 4  # entropies x etas x MDPs
+    assert h["log_pi"].shape == h["Q"].shape == h["pi_learned"].shape == (n, 4, 3) and h["eta"].shape == (n,)
+    assert h["pi_learned_runs"].shape == (2, n, 4, 3) and list(h["supervised"]) == [0.0, 1.0]
+    np.testing.assert_allclose(h["pi_learned"].sum(-1), 1.0, atol=1e-6)
+    # the distances recomputed from the file with the numpy reference
+    pi = np.exp(h["log_pi"])
+    pmd = np.stack([ref.pmd_step(pi[i], h["Q"][i], h["eta"][i]) for i in range(n)])
+    m = result["metrics"]
+    assert m["row_l1_pmd"] == pytest.approx(np.abs(h["pi_learned"] - pmd).sum(-1).mean(), rel=1e-6)
+    assert m["row_l1_prior"] == pytest.approx(np.abs(h["pi_learned"] - pi).sum(-1).mean(), rel=1e-6)
+    boltz = np.exp(h["eta"][:, None, None] * h["R"])
+    assert m["row_l1_reward_only"] == pytest.approx(
+        np.abs(h["pi_learned"] - boltz / boltz.sum(-1, keepdims=True)).sum(-1).mean(), rel=1e-6)
+    assert {c["name"] for c in result["checks"]} >= {"PMD is the closest of the five fixed rules (label-free actors)"}
+    # the kept actors reproduce the held-out outputs
+    tcfg = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2), num_steps=4, warmup=0,
+                       batch_size=4, n_train_mdps=8)
+    params, info = training.load_kept(study_dir, "actor", tcfg, "actor")
+    assert info["supervised"] == [0.0, 1.0] and info["runs"] == 2
+    actor = tcfg.actor()
+    p0 = jax.tree.map(lambda a: a[0], params)
+    out = jax.vmap(lambda p, q, e: actor.policy(p0, p, q, e))(pi.astype(np.float32), h["Q"].astype(np.float32),
+                                                             h["eta"].astype(np.float32))
+    np.testing.assert_allclose(np.asarray(out), h["pi_learned"], atol=1e-5)
+    wider = TrainConfig(model=ModelConfig(d_model=16, num_layers=1, num_heads=2), num_steps=4, warmup=0)
+    with pytest.raises(models.ModelMismatch, match="d_model: saved 8, expected 16"):
+        training.load_kept(study_dir, "actor", wider, "actor")
+
+
+def test_repeated_control_files_and_ratios(tmp_path):
+    study_dir, result = _run(tmp_path, "pmd.repeated_control", *_sets("actor.", TINY_MODEL),
+                             *_sets("critic.", TINY_MODEL), "--set", "runs=2", "--set", "chunks=2",
+                             "--set", "rounds=3", "--set", "n_mdps=4", "--set", "n_val_mdps=4",
+                             "--set", 'families=["iid","sparse_transitions"]', "--set", "n_bootstrap=50")
+    rows = _rows(study_dir / "control.csv")
+    assert list(rows[0]) == ["run", "family", "mdp", "round", "loss_learned", "loss_reference"]
+    assert len(rows) == 2 * 2 * 4 * 3 and {r["family"] for r in rows} == {"iid", "sparse_transitions"}
+    last = [r for r in rows if r["family"] == "iid" and r["run"] == "1" and r["round"] == "3"]
+    ratio = np.median([float(r["loss_learned"]) for r in last]) / np.median([float(r["loss_reference"]) for r in last])
+    assert result["metrics"]["ratio_run_2"] == pytest.approx(ratio, rel=1e-9)
+    first = [float(r["loss_reference"]) for r in rows if r["round"] == "1"]
+    assert all(0 <= x <= 1.0 + 1e-6 for x in first)  # one exact PMD step from uniform never loses (PMD improves)
+    assert len(_rows(study_dir / "control_learned_critic.csv")) == 2 * 4 * 3
+    for name, role in (("actor", "actor"), ("critic", "critic")):
+        assert models.load_meta(study_dir / "models" / name)["architecture"]["role"] == role
+    assert (study_dir / "repeated_control.png").is_file()
+
+
+def test_learned_critic_runs_and_keeps_its_critic(tmp_path):
+    study_dir, result = _run(tmp_path, "pmd.learned_critic", *_sets("train.", TINY_MODEL), "--set", "seeds=1",
+                             "--set", "chunks=2", "--set", "n_test_mdps=2", "--set", "inputs_per_mdp=2",
+                             "--set", 'transfer_families=["bimodal_rewards"]')
+    m = result["metrics"]
+    assert 0 < m["td_error_mean"] <= m["td_error_max"] and 0 < m["td_error_sample_mean_backup"]
+    assert [r["family"] for r in _rows(study_dir / "table.csv")] == ["iid", "bimodal_rewards"]
+    assert models.load_meta(study_dir / "models" / "critic")["info"]["runs"] == 1
+
+
+def test_hierarchical_bootstrap_against_a_loop():
+    rng = np.random.default_rng(0)
+    diff = rng.normal(size=(3, 7))
+    med, lo, hi = rc.hierarchical_bootstrap(diff, 400, seed=5)
+    draw = np.random.default_rng(5)
+    r = draw.integers(0, 3, size=(400, 3))
+    i = draw.integers(0, 7, size=(400, 3, 7))
+    meds = [np.median([diff[r[b, j], i[b, j, k]] for j in range(3) for k in range(7)]) for b in range(400)]
+    assert med == np.median(diff)
+    assert (lo, hi) == pytest.approx((np.quantile(meds, 0.025), np.quantile(meds, 0.975)))
+    assert lo <= med <= hi
+
+
+def test_ratio_of_median_last_round_losses():
+    learned = np.array([[[1.0, 0.3], [1.0, 0.5], [1.0, 0.1]]])  # [runs, mdps, rounds]
+    reference = np.array([[[1.0, 0.2], [1.0, 0.25], [1.0, 0.4]]])
+    np.testing.assert_allclose(rc.ratios(learned, reference), [0.3 / 0.25])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"etas": (0.4, 2.0)}, "etas"), ({"entropies": ("cold",)}, "entropies"), ({"stream": 2}, "stream"),
+    ({"transfer_families": ("grid",)}, "transfer_families"), ({"chunks": 3}, "chunks"),
+])
+def test_learned_actor_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        la.LearnedActorConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"eta": 1.6}, "eta"), ({"families": ("sparse_transitions", "iid")}, "families"),
+    ({"samples_per_pair": 4}, "samples_per_pair"), ({"runs": 0}, "runs"),
+])
+def test_repeated_control_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        rc.RepeatedControlConfig(**kwargs)
