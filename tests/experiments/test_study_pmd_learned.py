@@ -137,3 +137,15 @@ def test_learned_actor_config_errors_name_the_field(kwargs, field):
 def test_repeated_control_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         rc.RepeatedControlConfig(**kwargs)
+
+
+def test_diverging_training_stops_at_the_nan_guard(tmp_path):
+    from experiments.registry import RunContext
+    from experiments.sweep import NonFiniteLoss
+
+    tcfg = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2), num_steps=4, warmup=0,
+                       batch_size=4, n_train_mdps=8, lr=1e30, clip=1e30)
+    ctx = RunContext(study="pmd.learned_actor", quick=True, out_dir=tmp_path)
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 1)))
+    with pytest.raises(NonFiniteLoss, match="pmd.learned_actor ckpt_actor"):
+        training.train_runs(ctx, "actor", tcfg, "actor", keys, np.zeros(1), 2)
