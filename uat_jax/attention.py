@@ -66,8 +66,10 @@ class FeedbackAttention(nn.Module):
 
     cfg: ModelConfig
 
-    def _modulated(self, name: str, x: jax.Array, base: jax.Array, gate: jax.Array) -> jax.Array:
-        """base + diag(gate) W^(u) x + U gate, per head (one of Eqs. 14-16)."""
+    def _modulated(self, name: str, x: jax.Array, base: jax.Array, gate: jax.Array,
+                   bias_scale: jax.Array | None) -> jax.Array:
+        """base + diag(gate) W^(u) x + U gate, per head (one of Eqs. 14-16); the U gate
+        term times ``bias_scale`` when given (the traced no-bias switch)."""
         cfg = self.cfg
         w_u = self.param(f"W{name}_u", nn.initializers.normal(cfg.w_u_init_std),
                          (cfg.n_heads, cfg.d_head, cfg.d_model))
@@ -75,16 +77,19 @@ class FeedbackAttention(nn.Module):
         if cfg.utility_bias:
             u_bias = self.param(f"U{name}", nn.initializers.zeros,
                                 (cfg.n_heads, cfg.d_head, cfg.d_head))
-            out = out + jnp.einsum("nhk,hmk->nhm", gate, u_bias)
+            term = jnp.einsum("nhk,hmk->nhm", gate, u_bias)
+            out = out + (term if bias_scale is None else term * bias_scale)
         return out
 
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, rho: jax.Array | None,
                  u: jax.Array | None, cache: KVCache,
-                 memory: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
+                 memory: jax.Array | None = None,
+                 bias_scale: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
         """x [n, d] at global token positions [n] (contiguous); rho [n, H, d_m] or None;
         u [n, d_u] or None; ``memory`` [n, d] (GTrXL: x recomputed from stop-gradient
-        inputs) or None; returns (output [n, d], updated cache)."""
+        inputs) or None; ``bias_scale`` [] (traced no-bias switch) or None; returns
+        (output [n, d], updated cache)."""
         cfg = self.cfg
         chex.assert_shape(x, (positions.shape[0], cfg.d_model))
         self.sow("intermediates", "attn_input", x)
@@ -92,11 +97,11 @@ class FeedbackAttention(nn.Module):
                          for name in ("W_Q", "W_K", "W_V"))
         q, k, v = w_q(x), w_k(x), w_v(x)
         if rho is not None:
-            q = self._modulated("_Q", x, q, rho)
+            q = self._modulated("_Q", x, q, rho, bias_scale)
         if u is not None:
             g = GateReadout(cfg.n_heads, cfg.d_head, name="local_gate")(u)
-            k = self._modulated("_K", x, k, g)
-            v = self._modulated("_V", x, v, g)
+            k = self._modulated("_K", x, k, g, bias_scale)
+            v = self._modulated("_V", x, v, g, bias_scale)
         keys, values = _write(cache.keys, k, positions[0]), _write(cache.values, v, positions[0])
         score = lambda ks: jnp.einsum("nhm,khm->hnk", q, ks) / jnp.sqrt(cfg.d_head).astype(q.dtype)  # noqa: E731
         logits = score(keys)

@@ -51,15 +51,19 @@ class Size:
         if self.d_model % self.n_heads:
             raise ValueError(f"size.d_model must be a multiple of size.n_heads = {self.n_heads}, got {self.d_model}")
 
-    def model_config(self, kind: str = "uat", variant: str | None = None) -> ModelConfig:
-        """The model ``kind`` at this size; ``variant`` names a Table 4 ablation of UAT."""
+    def model_config(self, kind: str = "uat", variant: str | None = None,
+                     traced_variant: bool = False) -> ModelConfig:
+        """The model ``kind`` at this size; ``variant`` names a Table 4 ablation of UAT;
+        ``traced_variant``: the switched-family union (``config.SWITCHED``)."""
         model = ModelConfig(kind=kind, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
-                            n_layers=self.n_layers, horizon=self.horizon)
+                            n_layers=self.n_layers, horizon=self.horizon, traced_variant=traced_variant)
         return model if variant is None else ablation(model, variant)
 
-    def train_config(self, kind: str = "uat", variant: str | None = None) -> TrainConfig:
-        """The training configuration of ``kind`` (or UAT ablation ``variant``) at this size."""
-        return TrainConfig(model=self.model_config(kind, variant), epochs=self.epochs,
+    def train_config(self, kind: str = "uat", variant: str | None = None,
+                     traced_variant: bool = False) -> TrainConfig:
+        """The training configuration of ``kind`` (or UAT ablation ``variant``, or the
+        switched-family union) at this size."""
+        return TrainConfig(model=self.model_config(kind, variant, traced_variant), epochs=self.epochs,
                            batch_size=self.batch_size, eval_episodes=self.eval_episodes)
 
 

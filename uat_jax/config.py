@@ -5,10 +5,18 @@ Decision Making" (UAT, arXiv 2607.18910), section 4, Table 3 (Domain A defaults)
 Baselines that share code with UAT are configurations of the same module: ``kind``
 selects how tokens are built and which residual is used; the six ablations of
 Table 4 are switches on ``kind="uat"``.
+
+The switched family (``SWITCHED``: UAT, its six ablations and Vanilla-TF, which is UAT
+with both modulated pathways off) can also be one model whose switches are traced:
+``traced_variant=True`` builds the union of the family's parameters, and the
+``variant`` index given to ``model.DecisionTransformer`` picks the member at run time
+(its row of :func:`switch_table`), so a study trains every member in one program.
 """
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 KINDS = ("uat", "vt", "adt", "dt", "gtrxl")
 """UAT; Vanilla-TF (observations only); A-DT (shifted (a, r) concatenated to o);
@@ -17,6 +25,12 @@ memory, GRU-gated residual, identity-map reordering; ``uat_jax.gtrxl``)."""
 
 ABLATIONS = ("no_action", "no_reward", "linear", "no_q", "no_kv", "no_bias")
 """Table 4 variants, in the order of Table 5."""
+
+SWITCHED = ("uat",) + ABLATIONS + ("vt",)
+"""The models a ``traced_variant`` UAT can run as (index = the ``variant`` leaf)."""
+
+SWITCHES = ("use_action", "use_reward", "linear", "modulate_q", "modulate_kv", "utility_bias")
+"""Columns of :func:`switch_table`: 1 where the member has the component, 0 where not."""
 
 
 def _check_positive(name: str, value: int | float) -> None:
@@ -37,6 +51,10 @@ class ModelConfig:
     (no-Q); ``modulate_kv=False`` removes W_K^(u), W_V^(u), U_K, U_V and g_j (no-KV);
     ``utility_bias=False`` removes U_Q, U_K, U_V (no-bias). The switches only matter for
     ``kind="uat"``.
+
+    ``traced_variant`` (UAT with every switch on only): the union of the parameters of
+    the ``SWITCHED`` family, with the switches read from a traced variant index (see
+    the module docstring and ``model.DecisionTransformer``).
 
     ``gtrxl_mem_len`` (GTrXL only) is the segment length S of the Transformer-XL
     recurrence, equal to its memory length: a step of segment n = floor(t / S) attends
@@ -69,6 +87,7 @@ class ModelConfig:
     dt_target_return: float = 10.0
     gtrxl_gate_bias: float = 2.0
     gtrxl_mem_len: int = 20
+    traced_variant: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -89,6 +108,12 @@ class ModelConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not self.w_u_init_std >= 0.0:
             raise ValueError(f"w_u_init_std must be >= 0, got {self.w_u_init_std}")
+        flags = ("use_action", "use_reward", "modulate_q", "modulate_kv", "utility_bias")
+        if self.traced_variant and (self.kind != "uat" or self.encoder != "mlp"
+                                    or not all(getattr(self, f) for f in flags)):
+            raise ValueError("traced_variant needs kind='uat' with every Table 4 switch at its default, "
+                             f"got kind={self.kind!r}, encoder={self.encoder!r}, "
+                             + ", ".join(f"{f}={getattr(self, f)}" for f in flags))
 
     @property
     def d_head(self) -> int:
@@ -126,3 +151,24 @@ def ablation(base: ModelConfig, name: str) -> ModelConfig:
     if name not in switches:
         raise ValueError(f"ablation name must be one of {ABLATIONS}, got {name!r}")
     return dataclasses.replace(base, **switches[name])
+
+
+def member(base: ModelConfig, name: str) -> ModelConfig:
+    """The static model ``name`` of ``SWITCHED`` at the sizes of ``base`` (a UAT config)."""
+    if name not in SWITCHED:
+        raise ValueError(f"member name must be one of {SWITCHED}, got {name!r}")
+    uat = dataclasses.replace(base, traced_variant=False)
+    if name == "uat":
+        return uat
+    return dataclasses.replace(uat, kind="vt") if name == "vt" else ablation(uat, name)
+
+
+def switch_table() -> np.ndarray:
+    """[len(SWITCHED), len(SWITCHES)] float32: row i holds the ``SWITCHES`` of member i
+    (Vanilla-TF: neither pathway modulated, so the utility encoder is never read)."""
+    rows = []
+    for name in SWITCHED:
+        cfg = member(ModelConfig(), name)
+        rows.append([cfg.use_action, cfg.use_reward, cfg.encoder == "linear",
+                     cfg.has_utility and cfg.modulate_q, cfg.has_utility and cfg.modulate_kv, cfg.utility_bias])
+    return np.asarray(rows, np.float32)

@@ -23,6 +23,18 @@ the utility u_j (local gates, every layer) and rho_t (all layers) to the attenti
 The module maps one chunk of n environment steps (obs, a_{j-1}, r_{j-1}) and a
 ``DecodeCache`` to (logits [n, A], new cache): the whole episode with a fresh cache is
 the causally masked parallel forward pass; one step at a time is causal inference.
+
+A ``cfg.traced_variant`` model is the union of the ``config.SWITCHED`` family (UAT, its
+Table 4 ablations, Vanilla-TF), run as member ``variant`` (a traced int): the switches
+become 0/1 multipliers (``utility.Switches``) on f_a(a), r, the Q-pathway regime state
+(so rho = 0), the KV-pathway utility (so g = 0) and the U gate terms, and the encoder
+output is selected between the MLP and the linear map. A 1 multiplies by exactly 1.0, a
+0 gives exactly the zero gates of the static switch (q = W_Q x, k = W_K x, v = W_V x at
+g = rho = 0, Vanilla-TF's attention), so member i computes what the static member
+computes. The parameters a member lacks exist but have no effect and get zero
+gradient (AdamW only decays them); they are not parameters of the member and count in
+no reported parameter count. :func:`init_params` gives every parameter the member has
+the value the static member's initialisation gives it (same key, same routing).
 """
 from __future__ import annotations
 
@@ -30,13 +42,13 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax import struct
+from flax import struct, traverse_util
 
 from uat_jax.attention import FeedbackAttention, KVCache, empty_kv
-from uat_jax.config import ModelConfig
+from uat_jax.config import SWITCHED, ModelConfig, member
 from uat_jax.feedback import shift
 from uat_jax.gtrxl import GRUGate
-from uat_jax.utility import GateReadout, UtilityEncoder, regime_state
+from uat_jax.utility import GateReadout, Switches, UtilityEncoder, regime_state, switched
 
 
 @struct.dataclass
@@ -64,13 +76,14 @@ class Block(nn.Module):
     deterministic: bool = True
 
     @nn.compact
-    def __call__(self, x, kv: KVCache, positions, rho, u):
+    def __call__(self, x, kv: KVCache, positions, rho, u, bias_scale):
         cfg = self.cfg
         gtrxl = cfg.kind == "gtrxl"
         drop = lambda y: nn.Dropout(cfg.dropout)(y, deterministic=self.deterministic)  # noqa: E731
         ln_attn = nn.LayerNorm(name="ln_attn")
         memory = ln_attn(jax.lax.stop_gradient(x)) if gtrxl else None
-        y, kv = FeedbackAttention(cfg, name="attn")(ln_attn(x), positions, rho, u, kv, memory)
+        y, kv = FeedbackAttention(cfg, name="attn")(ln_attn(x), positions, rho, u, kv, memory,
+                                                  bias_scale)
         if gtrxl:  # identity-map reordering, GRU-gated attention residual (uat_jax.gtrxl)
             x = GRUGate(cfg.gtrxl_gate_bias, name="gate_attn")(x, nn.relu(drop(y)))
         else:
@@ -82,9 +95,11 @@ class Block(nn.Module):
 
 
 class DecisionTransformer(nn.Module):
-    """UAT / Vanilla-TF / A-DT / DT-style / GTrXL policy over one episode."""
+    """UAT / Vanilla-TF / A-DT / DT-style / GTrXL policy over one episode; ``variant``
+    (int, traceable) is the ``SWITCHED`` member a ``cfg.traced_variant`` model runs as."""
 
     cfg: ModelConfig
+    variant: jax.Array | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array, prev_action: jax.Array, prev_reward: jax.Array,
@@ -92,6 +107,7 @@ class DecisionTransformer(nn.Module):
         """obs [n, obs_dim], prev_action [n] int (-1 = none), prev_reward [n] for the
         steps cache.step .. cache.step + n - 1; returns (logits [n, A], cache)."""
         cfg = self.cfg
+        sw = self._switches()
         n = obs.shape[0]
         chex.assert_shape(obs, (n, cfg.obs_dim))
         chex.assert_shape([prev_action, prev_reward], (n,))
@@ -105,23 +121,31 @@ class DecisionTransformer(nn.Module):
 
         rho, u, regime = None, None, cache.regime
         if cfg.has_utility:
-            u_steps = UtilityEncoder(cfg, name="utility_encoder")(prev_action, prev_reward)
+            u_steps = UtilityEncoder(cfg, name="utility_encoder")(prev_action, prev_reward, sw)
             if cfg.modulate_q:
                 ubar = regime_state(u_steps, cache.regime, cfg.ema_decay)
-                rho = GateReadout(cfg.n_heads, cfg.d_head, name="regime_readout")(ubar)
+                rho = GateReadout(cfg.n_heads, cfg.d_head, name="regime_readout")(switched(sw, "modulate_q", ubar))
                 regime = ubar[-1]
             if cfg.modulate_kv:
-                u = u_steps
+                u = switched(sw, "modulate_kv", u_steps)
 
         layers = nn.scan(Block, variable_axes={"params": 0, "intermediates": 0},
                          split_rngs={"params": True, "dropout": True},
-                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                          length=cfg.n_layers)
-        x, kv = layers(cfg, deterministic, name="blocks")(x, cache.kv, positions, rho, u)
+        bias_scale = None if sw is None else sw.utility_bias
+        x, kv = layers(cfg, deterministic, name="blocks")(x, cache.kv, positions, rho, u, bias_scale)
         h = nn.LayerNorm(name="final_norm")(x).reshape(n, k, cfg.d_model)[:, -1]
         logits = nn.Dense(cfg.n_actions, name="head")(h)
         new_cache = DecodeCache(step=cache.step + n, kv=kv, regime=regime, reward_sum=reward_sum)
         return logits, new_cache
+
+    def _switches(self) -> Switches | None:
+        """The traced switches of member ``variant``, or None for a static model."""
+        if self.cfg.traced_variant != (self.variant is not None):
+            raise ValueError("variant must be given exactly when cfg.traced_variant is True, got "
+                             f"traced_variant={self.cfg.traced_variant}, variant={self.variant!r}")
+        return None if self.variant is None else Switches.of(self.variant)
 
     def _tokens(self, obs, prev_action, prev_reward, reward_sum):
         """Token embeddings [n * k, d] before positions, and the updated reward sum."""
@@ -158,8 +182,19 @@ def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions:
 
 
 def init_params(model: DecisionTransformer, key: jax.Array):
-    """Parameters for one episode-length input."""
+    """Parameters for one episode-length input. A ``traced_variant`` model gets the
+    union's initialisation overwritten, on every parameter member ``model.variant`` has,
+    by that static member's initialisation from the same key (all members are
+    initialised and the variant's row is selected, so ``variant`` may be traced)."""
     cfg = model.cfg
     T = cfg.horizon
-    return model.init(key, jnp.zeros((T, cfg.obs_dim)), jnp.zeros(T, jnp.int32),
-                      jnp.zeros(T), init_cache(cfg))
+    args = (jnp.zeros((T, cfg.obs_dim)), jnp.zeros(T, jnp.int32), jnp.zeros(T), init_cache(cfg))
+    params = model.init(key, *args)
+    if not cfg.traced_variant:
+        return params
+    union = traverse_util.flatten_dict(params)
+    rows = []
+    for name in SWITCHED:
+        own = traverse_util.flatten_dict(DecisionTransformer(member(cfg, name)).init(key, *args))
+        rows.append(traverse_util.unflatten_dict({p: own.get(p, v) for p, v in union.items()}))
+    return jax.tree.map(lambda *xs: jnp.stack(xs)[model.variant], *rows)

@@ -19,8 +19,9 @@ for the utility encoder E (with its action embedding f_a) and the readout W_rho.
 The fixed epoch count replaces the paper's early stopping (max 500 / patience 100),
 which needs a validation loop outside a jitted program.
 
-``make_train(cfg)`` returns a pure ``train(key, task)``: seeds, schedules and feedback
-corruptions are ``jax.vmap``-ed over (key, task) in one program.
+``make_train(cfg)`` returns a pure ``train(key, task)``: seeds, schedules, feedback
+corruptions and, for a ``traced_variant`` model, the member of the switched family
+(``Task.variant``) are ``jax.vmap``-ed over (key, task) in one program.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import optax
 from flax import struct, traverse_util
 
 from uat_jax import darkroom
-from uat_jax.config import ModelConfig
+from uat_jax.config import SWITCHED, ModelConfig
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_params, sequence_logits
 from uat_jax.rollout import Trajectory, accuracy, efficiency, rollout
@@ -67,17 +68,27 @@ class TrainConfig:
 
 @struct.dataclass
 class Task:
-    """What a sweep varies, as array leaves: the goal schedule id and the feedback channel."""
+    """What a sweep varies, as array leaves: the goal schedule id, the feedback channel and,
+    for a ``traced_variant`` model only, the member of ``SWITCHED`` trained."""
 
     schedule: jax.Array  # [] int32 index into SCHEDULES
     channel: FeedbackChannel
+    variant: jax.Array | None = None  # [] int32 index into SWITCHED, or None (static model)
 
     @classmethod
-    def make(cls, schedule: str, corruption: str = "clean", sigma: float = 0.0) -> Task:
+    def make(cls, schedule: str, corruption: str = "clean", sigma: float = 0.0,
+             variant: str | None = None) -> Task:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        return cls(schedule=jnp.asarray(SCHEDULES.index(schedule), jnp.int32),
+        task = cls(schedule=jnp.asarray(SCHEDULES.index(schedule), jnp.int32),
                    channel=FeedbackChannel.make(corruption, sigma))
+        return task if variant is None else task.with_variant(variant)
+
+    def with_variant(self, name: str) -> Task:
+        """This task for member ``name`` of ``SWITCHED`` (a ``traced_variant`` model)."""
+        if name not in SWITCHED:
+            raise ValueError(f"variant must be one of {SWITCHED}, got {name!r}")
+        return self.replace(variant=jnp.asarray(SWITCHED.index(name), jnp.int32))
 
 
 @struct.dataclass
@@ -145,12 +156,20 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
+def task_model(cfg: ModelConfig, task: Task) -> DecisionTransformer:
+    """The model ``cfg`` run as the task's member (``task.variant``, traced models only)."""
+    if cfg.traced_variant != (task.variant is not None):
+        raise ValueError("task.variant must be given exactly when the model has traced_variant=True, "
+                         f"got traced_variant={cfg.traced_variant} and task.variant={task.variant!r}")
+    return DecisionTransformer(cfg, variant=task.variant)
+
+
 def make_evaluate(cfg: TrainConfig):
     """``evaluate(params, key, task, run_key) -> EvalMetrics``: greedy causal inference on
     the ``eval_episodes`` episodes of the run ``run_key`` that follow training."""
-    model = DecisionTransformer(cfg.model)
 
     def evaluate(params, key, task: Task, run_key) -> EvalMetrics:
+        model = task_model(cfg.model, task)
         goals = episode_goals(cfg, task, run_key, eval_episodes(cfg))
         traj = _batch_rollout(cfg, model, params, key, task.channel, goals, greedy=True)
         return EvalMetrics(accuracy=accuracy(traj), efficiency=efficiency(traj))
@@ -160,17 +179,18 @@ def make_evaluate(cfg: TrainConfig):
 
 def make_train(cfg: TrainConfig):
     """``train(key, task) -> TrainResult``, pure and jittable (see module docstring)."""
-    model = DecisionTransformer(cfg.model)
     optimizer = make_optimizer(cfg)
     evaluate = make_evaluate(cfg)
 
-    def loss_fn(params, traj: Trajectory, dropout_key):
-        keys = jax.random.split(dropout_key, traj.actions.shape[0])
-        logits = jax.vmap(lambda o, a, r, k: sequence_logits(model, params, o, a, r, k))(
-            traj.obs, traj.actions, traj.fed_rewards, keys)
-        return cross_entropy(logits, traj.expert), jnp.mean(logits.argmax(-1) == traj.expert)
-
     def train(key, task: Task) -> TrainResult:
+        model = task_model(cfg.model, task)
+
+        def loss_fn(params, traj: Trajectory, dropout_key):
+            keys = jax.random.split(dropout_key, traj.actions.shape[0])
+            logits = jax.vmap(lambda o, a, r, k: sequence_logits(model, params, o, a, r, k))(
+                traj.obs, traj.actions, traj.fed_rewards, keys)
+            return cross_entropy(logits, traj.expert), jnp.mean(logits.argmax(-1) == traj.expert)
+
         k_init, run_key, k_epochs, k_eval = jax.random.split(key, 4)
         params = init_params(model, k_init)
 

@@ -10,6 +10,11 @@ u = W z (no bias, as written there). "no-action" feeds f_a = 0, "no-reward" feed
 Gates: g_j^(l,h) = tanh(W_s^(l,h) u_j) and rho_t^(h) = tanh(W_rho^(h) ubar_t), both
 bias-free readouts in [-1, 1]^{d_m}, initialised to zero (section 4.3). Regime state:
 ubar_t = lambda ubar_{t-1} + (1 - lambda) u_t with ubar_0 = 0 (section 4.1).
+
+``Switches`` are the Table 4 switches of a ``traced_variant`` model as traced 0/1
+multipliers: the encoder then holds both the MLP and the linear map, multiplies f_a(a)
+and r by their switches and selects the map; a switch of 1 multiplies by exactly 1.0
+and a switch of 0 gives exactly the zero input the static switch feeds.
 """
 from __future__ import annotations
 
@@ -18,7 +23,32 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from uat_jax.config import ModelConfig
+from flax import struct
+
+from uat_jax.config import SWITCHES, ModelConfig, switch_table
+
+
+@struct.dataclass
+class Switches:
+    """One row of ``config.switch_table``, each field a [] float32 in {0, 1}."""
+
+    use_action: jax.Array
+    use_reward: jax.Array
+    linear: jax.Array
+    modulate_q: jax.Array
+    modulate_kv: jax.Array
+    utility_bias: jax.Array
+
+    @classmethod
+    def of(cls, variant: jax.Array) -> Switches:
+        """The switches of member ``variant`` (int index into ``config.SWITCHED``, traceable)."""
+        row = jnp.asarray(switch_table())[variant]
+        return cls(**{name: row[i] for i, name in enumerate(SWITCHES)})
+
+
+def switched(switches: Switches | None, name: str, y: jax.Array) -> jax.Array:
+    """``y`` times switch ``name`` of ``switches``; ``y`` itself for a static model (None)."""
+    return y if switches is None else y * getattr(switches, name)
 
 
 class UtilityEncoder(nn.Module):
@@ -27,22 +57,28 @@ class UtilityEncoder(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, prev_action: jax.Array, prev_reward: jax.Array) -> jax.Array:
+    def __call__(self, prev_action: jax.Array, prev_reward: jax.Array,
+                 switches: Switches | None = None) -> jax.Array:
+        """u [n, d_u] from prev_action [n] and prev_reward [n]; ``switches`` exactly when
+        ``cfg.traced_variant``."""
         cfg = self.cfg
         chex.assert_rank(prev_action, 1)
         chex.assert_equal_shape([prev_action, prev_reward])
         if cfg.use_action:
             table = self.param("action_embedding", nn.initializers.normal(1.0),
                                (cfg.n_actions, cfg.d_act))
-            f_a = jax.nn.one_hot(prev_action, cfg.n_actions) @ table
+            f_a = switched(switches, "use_action", jax.nn.one_hot(prev_action, cfg.n_actions) @ table)
         else:
             f_a = jnp.zeros(prev_action.shape + (cfg.d_act,))
         r = prev_reward if cfg.use_reward else jnp.zeros_like(prev_reward)
+        r = switched(switches, "use_reward", r)
         z = jnp.concatenate([f_a, r[:, None].astype(f_a.dtype)], axis=-1)
+        linear = lambda: nn.Dense(cfg.d_u, use_bias=False, name="linear")(z)  # noqa: E731
         if cfg.encoder == "linear":
-            return nn.Dense(cfg.d_u, use_bias=False, name="linear")(z)
+            return linear()
         hidden = nn.relu(nn.Dense(cfg.ue_hidden, name="hidden")(z))
-        return nn.Dense(cfg.d_u, name="out")(hidden)
+        mlp = nn.Dense(cfg.d_u, name="out")(hidden)
+        return mlp if switches is None else jnp.where(switches.linear > 0, linear(), mlp)
 
 
 class GateReadout(nn.Module):

@@ -5,9 +5,11 @@ UAT and the baselines Vanilla-TF (VT), A-DT, DT-style and GTrXL are trained by
 rollout-then-optimize on DarkRoom under the three goal schedules (gradual, abrupt,
 cyclic) and evaluated by greedy causal inference: per-step accuracy against the oracle
 action and navigation efficiency, seed mean and std (section 6, Appendix C; the model
-and training are ``uat_jax``'s, derivations in ``docs/uat.md``). Each model is one
-vmapped program over schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule
-and model uses the same key. ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2
+and training are ``uat_jax``'s, derivations in ``docs/uat.md``). UAT and VT are one
+vmapped program over models x schedules x seeds (VT is the switched UAT with both
+pathways off, ``uat_jax.model``), A-DT, DT-style and GTrXL one program each over
+schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule and model uses the
+same key. ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2
 layers, batch 32, 200 epochs, T = 30, 2 seeds) trains UAT, VT and A-DT only, the models
 the checks compare; DT-style and GTrXL run at full size (Table 3, 3 seeds).
 
@@ -38,7 +40,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import train_grid
+from experiments.studies.uat.training import train_models
 from uat_jax import cells
 from uat_jax.config import KINDS
 from uat_jax.schedules import SCHEDULES
@@ -90,11 +92,11 @@ def compute(cfg: DarkroomConfig, ctx: RunContext) -> dict:
     """``accuracy``/``efficiency``: {model: [schedules, seeds]}; ``distinct_goals``
     [schedules, seeds] (goals visited in training; every model trains on the same runs);
     ``curves``: {"model/schedule": ...}."""
-    tasks = [Task.make(s) for s in cfg.schedules]
+    runs = {m: [Task.make(s) for s in cfg.schedules] for m in cfg.models}
+    labels = {m: [f"schedule {x}" for x in cfg.schedules] for m in cfg.models}
+    grids = train_models(ctx, "darkroom", cfg.size, runs, labels, cfg.seeds, cfg.stream)
     out: dict = {"accuracy": {}, "efficiency": {}, "curves": {}}
-    for model in cfg.models:
-        grid = train_grid(ctx, f"darkroom_{model}", cfg.size.train_config(model), tasks,
-                          [f"schedule {x}" for x in cfg.schedules], cfg.seeds, cfg.stream)
+    for model, grid in grids.items():
         out["accuracy"][model], out["efficiency"][model] = grid["accuracy"], grid["efficiency"]
         out["distinct_goals"] = grid["distinct_goals"]
         for i, sched in enumerate(cfg.schedules):
