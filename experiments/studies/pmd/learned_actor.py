@@ -58,7 +58,7 @@ from pmd_jax.transformer import ModelConfig
 PAPER = {
     "row_l1_pmd": 0.0357, "row_l1_additive_projected": 0.112, "row_l1_prior": 0.239, "row_l1_boltzmann_q": 0.606,
     "row_l1_reward_only": 0.607, "kl_to_pmd": 0.0022, "fitted_slope_label_free": 0.743,
-    "fitted_slope_supervised": 0.885, "fitted_step_at_0.8_lo": 0.755, "fitted_step_at_0.8_hi": 0.810,
+    "fitted_slope_supervised": 0.885, "fitted_step_at_0.8_lo_label_free": 0.755, "fitted_step_at_0.8_hi_label_free": 0.810,
 }
 OBJECTIVES = ("label_free", "supervised")
 
@@ -100,7 +100,7 @@ QUICK = LearnedActorConfig(train=TrainConfig(model=ModelConfig(d_model=32, num_l
 FULL = LearnedActorConfig(train=TrainConfig(num_steps=12_800, warmup=400))
 
 
-def evaluate(cfg: LearnedActorConfig, params, supervised: np.ndarray) -> dict:
+def evaluate(cfg: LearnedActorConfig, params) -> dict:
     """Held-out inputs and every run's outputs, the rules' outputs, fitted steps and transfer distances."""
     actor = cfg.train.actor()
     blocks = [training.heldout_inputs("iid", "test", cfg.n_test_mdps, e, cfg.etas, cfg.eval_seed) for e in cfg.entropies]
@@ -137,7 +137,7 @@ def compute(cfg: LearnedActorConfig, ctx: RunContext) -> dict:
     supervised = np.repeat([0.0, 1.0], cfg.seeds)
     params, curves = training.train_runs(ctx, "actor", cfg.train, "actor", keys, supervised, cfg.chunks)
     loss = curves["loss"]
-    return {"params": params, "supervised": supervised, "heldout": evaluate(cfg, params, supervised),
+    return {"params": params, "supervised": supervised, "heldout": evaluate(cfg, params),
             "curves": {obj: {"loss": loss[supervised == float(i)]} for i, obj in enumerate(OBJECTIVES)}}
 
 
