@@ -96,6 +96,7 @@ def test_learned_critic_runs_and_keeps_its_critic(tmp_path):
     study_dir, result = _run(tmp_path, "pmd.learned_critic", *_sets("train.", TINY_MODEL), "--set", "seeds=1",
                              "--set", "chunks=2", "--set", "n_test_mdps=2", "--set", "inputs_per_mdp=2",
                              "--set", 'transfer_families=["bimodal_rewards"]')
+    assert np.all(np.isfinite([c["value"] for c in result["checks"]]))
     m = result["metrics"]
     assert 0 < m["td_error_mean"] <= m["td_error_max"] and 0 < m["td_error_sample_mean_backup"]
     assert [r["family"] for r in _rows(study_dir / "table.csv")] == ["iid", "bimodal_rewards"]
