@@ -137,9 +137,12 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) ->
     keys = jax.random.split(jax.random.key(cfg.loop_seed), cfg.n_mdps)
     pi0, Q0 = uniform_policy(S, A), jnp.zeros((S, A))
 
-    def one_mdp(params, eta_ref, mdp, key):
+    def normaliser(mdp):
         Q_star = optimal_q(mdp, tol=1e-6)
-        loss0 = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
+        return Q_star, jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
+
+    def one_mdp(params, eta_ref, mdp, key):
+        Q_star, loss0 = normaliser(mdp)
         learned_actor = lambda pi, Q, eta: actor.policy(params, pi, Q, eta)  # noqa: E731
         exact = exact_critic(mdp)
         run = lambda act, crit, eta: _losses(  # noqa: E731
@@ -147,8 +150,7 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) ->
         return run(learned_actor, exact, cfg.eta), run(pmd_step, exact, eta_ref)
 
     def with_learned_critic(params, mdp, key):
-        Q_star = optimal_q(mdp, tol=1e-6)
-        loss0 = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
+        Q_star, loss0 = normaliser(mdp)
 
         def crit(k, pi_hat, Q, stream):
             packet = learned.balanced_transitions(k, mdp, pi_hat, cfg.samples_per_pair)
