@@ -137,7 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.study == "all":
             if args.set or args.config or args.sweep or args.seeds is not None:
                 raise configs.ConfigError("--set, --config, --sweep and --seeds apply to one study, not to 'all'")
-            chosen = list(studies.values())
+            chosen = registry.run_order(list(studies.values()))
         else:
             chosen = [_pick(args.study, studies)]
         request = _request(args)

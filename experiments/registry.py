@@ -54,6 +54,8 @@ class RunContext:
     ``fingerprint``: the config and code hashes, added to every checkpoint this run
     writes (:meth:`checkpoint`); ``allow_code_change``: resume even if the code hash
     differs. ``compile_s`` collects the compile seconds the sweep engine reports.
+    ``results_root``: the folder holding every study's result folder (``--out``), where
+    :meth:`kept_model` finds the models other studies keep.
     """
 
     study: str
@@ -63,6 +65,12 @@ class RunContext:
     fingerprint: dict[str, Any] = dataclasses.field(default_factory=dict)
     allow_code_change: bool = False
     compile_s: list[float] = dataclasses.field(default_factory=list)
+    results_root: pathlib.Path | None = None
+
+    def kept_model(self, study: str, name: str) -> pathlib.Path:
+        """Where study ``study`` of this run's results folder keeps its model ``name``."""
+        root = self.results_root if self.results_root is not None else self.out_dir.parent
+        return pathlib.Path(root) / study / "models" / name
 
     def checkpoint(self, name: str = "ckpt", **extra: Any):
         """The checkpoint of one sweep of this run: folder ``out_dir/name``, run fingerprint + ``extra``."""
@@ -87,7 +95,8 @@ class Study:
     no seeds and rejects ``--seeds``). ``traced``: config fields that are array leaves of
     the computation; ``compute_sweep(config, field, values, ctx) -> list[arrays]`` runs
     a sweep over one of them as a single vmapped program (other fields are swept as one
-    program per value).
+    program per value). ``after``: studies whose kept models this one loads when they
+    match its config (``RunContext.kept_model``); ``run all`` runs them first.
     """
 
     name: str
@@ -104,10 +113,13 @@ class Study:
     compute_sweep: Callable[[Any, str, list, RunContext], list[Arrays]] | None = None
     module: str = ""
     bench: Callable[[pathlib.Path], dict[str, Any]] | None = None
+    after: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.name.count(".") != 1:
             raise ValueError(f"study name must be '<package>.<study>', got {self.name!r}")
+        if self.name in self.after:
+            raise ValueError(f"study {self.name!r} cannot run after itself")
         for preset in (self.quick, self.full):
             if not isinstance(preset, self.config_type):
                 raise ValueError(f"study {self.name!r}: presets must be {self.config_type.__name__}, got {type(preset).__name__}")
@@ -154,6 +166,29 @@ def load_all() -> dict[str, Study]:
     _import_tree(studies)
     _import_tree(benchmarks)
     return dict(sorted(_STUDIES.items()))
+
+
+def run_order(chosen: list[Study]) -> list[Study]:
+    """``chosen`` in name order, except that a study runs after the chosen studies in its ``after``.
+
+    A ``ValueError`` names a cycle or an ``after`` entry that is not a registered study.
+    """
+    names = {s.name: s for s in chosen}
+    for s in chosen:
+        unknown = [a for a in s.after if a not in _STUDIES and a not in names]
+        if unknown:
+            raise ValueError(f"study {s.name!r}: 'after' names unknown studies {unknown}")
+    done: list[Study] = []
+    placed: set[str] = set()
+    pending = sorted(names)
+    while pending:
+        ready = [n for n in pending if all(a in placed or a not in names for a in names[n].after)]
+        if not ready:
+            raise ValueError(f"studies {pending} wait on each other ('after' has a cycle)")
+        done.append(names[ready[0]])
+        placed.add(ready[0])
+        pending.remove(ready[0])
+    return done
 
 
 def get(name: str) -> Study:

@@ -61,11 +61,12 @@ def resolve(study: Study, request: Request) -> tuple[Any, list[tuple[str, Any]]]
     return configs.apply(study.preset(request.quick), overrides), overrides
 
 
-def _context(study: Study, config: Any, out_dir: pathlib.Path, request: Request) -> RunContext:
+def _context(study: Study, config: Any, out_dir: pathlib.Path, request: Request,
+             results_root: pathlib.Path) -> RunContext:
     fingerprint = {"study": study.name, "config": configs.to_json(config), "code": code_hashes(study.module)}
     return RunContext(
         study=study.name, quick=request.quick, out_dir=out_dir, resume=request.resume,
-        fingerprint=fingerprint, allow_code_change=request.allow_code_change,
+        fingerprint=fingerprint, allow_code_change=request.allow_code_change, results_root=results_root,
     )
 
 
@@ -107,9 +108,9 @@ def _process_count() -> int:
 
 
 def run_one(study: Study, config: Any, overrides: list, out_dir: pathlib.Path, request: Request) -> dict[str, Any]:
-    """One run of ``study`` at ``config`` into ``out_dir``; returns result.json's content."""
+    """One run of ``study`` at ``config`` into ``out_dir`` (``DIR/STUDY``); returns result.json's content."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = _context(study, config, out_dir, request)
+    ctx = _context(study, config, out_dir, request, out_dir.parent)
     t0 = time.perf_counter()
     arrays = study.compute(config, ctx)
     return finish(study, config, overrides, arrays, out_dir, request, time.perf_counter() - t0, sum(ctx.compile_s))
@@ -146,7 +147,7 @@ def run_sweep(study: Study, request: Request, field: str, values: list, out: pat
     found: dict[int, dict] = {i: results.load(folders[i] / results.RESULT) for i in range(len(points)) if i not in todo}
     if field in study.traced and todo:
         root.mkdir(parents=True, exist_ok=True)
-        ctx = _context(study, base, root, request)
+        ctx = _context(study, base, root, request, out)
         t0 = time.perf_counter()
         batch = study.compute_sweep(base, field, [points[i][0] for i in todo], ctx)
         wall = time.perf_counter() - t0  # the one program's, shared by every value (sweep.vmapped)
@@ -159,7 +160,7 @@ def run_sweep(study: Study, request: Request, field: str, values: list, out: pat
             value, cfg = points[i]
             print(f"== {study.name} {folders[i].name}", flush=True)
             folders[i].mkdir(parents=True, exist_ok=True)
-            ctx = _context(study, cfg, folders[i], request)
+            ctx = _context(study, cfg, folders[i], request, out)
             t0 = time.perf_counter()
             arrays = study.compute(cfg, ctx)
             found[i] = finish(study, cfg, overrides + [(field, value)], arrays, folders[i], request,

@@ -24,6 +24,8 @@ and entropy names are static Python strings.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -92,12 +94,28 @@ def split_key(split: str, seed: int = 0) -> jax.Array:
 
 
 def split_mdps(family: str, split: str, n: int, seed: int = 0, **shape) -> FiniteMDP:
-    """``n`` MDPs of ``family`` from ``split`` (leading axis ``n``); ``shape``: ``num_states, num_actions, gamma``."""
+    """``n`` MDPs of ``family`` from ``split`` (leading axis ``n``); ``shape``: ``num_states, num_actions, gamma``.
+
+    MDP ``i`` is drawn from key ``i`` of ``split(stream, n)`` (splitting is prefix-stable) by one compiled program
+    per family and shape that draws blocks of :data:`MDP_BLOCK` keys, so MDP ``i`` is bitwise the same for every
+    ``n > i`` and the studies' many small draws share one program per family."""
     _check_name("family", family, FAMILIES)
+    _check_name("split", split, SPLITS)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
-    keys = jax.random.split(jax.random.fold_in(split_key(split, seed), FAMILIES.index(family)), n)
-    return jax.vmap(lambda k: sample_mdp(family, k, **shape))(keys)
+    blocks = -(-n // MDP_BLOCK)
+    keys = jax.random.split(jax.random.fold_in(split_key(split, seed), FAMILIES.index(family)), blocks * MDP_BLOCK)
+    shape = tuple(sorted(shape.items()))
+    drawn = [_draw_block(family, shape, keys[i * MDP_BLOCK:(i + 1) * MDP_BLOCK]) for i in range(blocks)]
+    return jax.tree.map(lambda *x: jnp.concatenate(x)[:n], *drawn)
+
+
+MDP_BLOCK = 64
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _draw_block(family: str, shape: tuple, keys: jax.Array) -> FiniteMDP:
+    return jax.vmap(lambda k: sample_mdp(family, k, **dict(shape)))(keys)
 
 
 def sample_policy(key: jax.Array, num_states: int, num_actions: int, entropy: str = "any") -> jax.Array:

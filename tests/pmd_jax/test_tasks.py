@@ -35,7 +35,7 @@ def test_family_shapes_and_transition_rows_on_simplex(family, train_mdps):
 
 def test_iid_is_random_mdp_family(train_mdps):
     keys = jax.random.split(jax.random.fold_in(tasks.split_key("train"), tasks.FAMILIES.index("iid")), N)
-    want = jax.vmap(RandomMDPFamily(gamma=0.8, r_max=1.0, concentration=1.0, num_states=4, num_actions=3).sample)(keys)
+    want = jax.jit(jax.vmap(RandomMDPFamily(gamma=0.8, r_max=1.0, concentration=1.0, num_states=4, num_actions=3).sample))(keys)
     got = train_mdps["iid"]
     for a, b in zip((got.P, got.R, got.gamma), (want.P, want.R, want.gamma)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -188,3 +188,10 @@ def test_bad_family_lists_families():
     with pytest.raises(ValueError) as info:
         tasks.sample_mdp("gaussian", jax.random.key(0))
     assert all(f in str(info.value) for f in tasks.FAMILIES)
+
+
+def test_a_small_draw_is_the_prefix_of_a_larger_one():
+    small, large = tasks.split_mdps("sparse_transitions", "test", 5), tasks.split_mdps("sparse_transitions", "test", 300)
+    for a, b in zip(jax.tree.leaves(small), jax.tree.leaves(large)):
+        assert a.shape[0] == 5 and b.shape[0] == 300
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[:5])

@@ -52,7 +52,7 @@ import numpy as np
 
 from experiments import checks, io, sweep
 from experiments.registry import RunContext, Study, Summary, register
-from pmd_jax.reversal import closed_form_cell, decoder_cell, reversal_threshold
+from pmd_jax.reversal import closed_form_cell, decoder_cell, eta_grid, reversal_threshold
 
 PAPER = {
     "negative_cells_unmasked": 840,
@@ -108,8 +108,7 @@ class ReversalConfig:
 
     @property
     def etas(self) -> np.ndarray:
-        # Exact grid values i * eta_max / eta_steps (no accumulated rounding).
-        return np.arange(self.eta_steps + 1) * self.eta_max / self.eta_steps
+        return eta_grid(self.eta_max, self.eta_steps)
 
     def rows(self) -> dict[str, np.ndarray]:
         """The sweep axis: one row per (masked, kappa), masked False first, with c, gamma, nu."""
