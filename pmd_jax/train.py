@@ -18,6 +18,11 @@ The training split is a fixed pool of ``n_train_mdps`` MDPs of one family
 Every seed is one row of a vmapped state (:class:`Run`); :func:`make_chunk` advances all
 of them ``num_steps / num_chunks`` steps as one ``lax.scan``, recording the per-step
 loss, so the harness can checkpoint between chunks.
+
+Role ``"full_packet_actor"`` (:mod:`pmd_jax.visibility`, EvoRobust companion section 10) trains the
+actor that reads every state's memories on the same data and objectives as ``"actor"``; each run also
+carries a mask flag (:class:`MaskedTrainState`), 0 visible and 1 state-local, so both variants train in
+one vmapped program. The ``"actor"`` and ``"critic"`` roles are unchanged by it.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from pmd_jax import learned, tasks
+from pmd_jax import learned, tasks, visibility
 from pmd_jax.mdp import FiniteMDP, policy_evaluation
 from pmd_jax.transformer import ModelConfig
 
@@ -70,6 +75,9 @@ class TrainConfig:
     def actor(self) -> learned.LearnedActor:
         return learned.LearnedActor(self.model, self.num_states, self.num_actions)
 
+    def full_packet_actor(self) -> visibility.FullPacketActor:
+        return visibility.FullPacketActor(self.model, self.num_states, self.num_actions)
+
     def critic(self) -> learned.LearnedCritic:
         n = self.num_states * self.num_actions * self.samples_per_pair
         return learned.LearnedCritic(self.model, self.num_states, self.num_actions, n)
@@ -92,6 +100,16 @@ class TrainState:
 
 
 @struct.dataclass
+class MaskedTrainState(TrainState):
+    """A full-packet actor's state: also its attention flag (0 visible, 1 state-local mask)."""
+
+    masked: jax.Array
+
+
+ROLES = ("actor", "critic", visibility.ROLE)
+
+
+@struct.dataclass
 class Run:
     """Seed-vmapped states (leading axis = runs) and per-step losses ``curves["loss"] [runs, num_steps]``."""
 
@@ -104,18 +122,27 @@ def _draw(pool: FiniteMDP, key: jax.Array, n: int) -> FiniteMDP:
     return jax.tree.map(lambda x: x[idx], pool)
 
 
-def actor_batch_loss(config: TrainConfig, pool: FiniteMDP) -> Callable:
-    """``loss(params, key, supervised)`` of one actor step on a fresh batch."""
-    actor = config.actor()
+def _actor_loss_on_batch(config: TrainConfig, pool: FiniteMDP, log_policy: Callable) -> Callable:
+    """``loss(params, key, supervised, *flags)``: ``log_policy(params, pi, Q, eta, *flags)`` on a fresh batch."""
 
-    def loss(params, key, supervised):
+    def loss(params, key, supervised, *flags):
         k_mdp, k_in = jax.random.split(key)
         mdps = _draw(pool, k_mdp, config.batch_size)
         x = jax.vmap(tasks.sample_actor_inputs)(jax.random.split(k_in, config.batch_size), mdps)
-        log_new = jax.vmap(lambda p, q, e: actor.log_policy(params, p, q, e))(x.pi, x.Q, x.eta)
+        log_new = jax.vmap(lambda p, q, e: log_policy(params, p, q, e, *flags))(x.pi, x.Q, x.eta)
         return learned.actor_loss(log_new, x.pi, x.Q, x.eta, supervised)
 
     return loss
+
+
+def actor_batch_loss(config: TrainConfig, pool: FiniteMDP) -> Callable:
+    """``loss(params, key, supervised)`` of one actor step on a fresh batch."""
+    return _actor_loss_on_batch(config, pool, config.actor().log_policy)
+
+
+def full_packet_actor_batch_loss(config: TrainConfig, pool: FiniteMDP) -> Callable:
+    """``loss(params, key, supervised, masked)`` of one full-packet actor step (same data as the actor's)."""
+    return _actor_loss_on_batch(config, pool, config.full_packet_actor().log_policy)
 
 
 def critic_example(config: TrainConfig, key: jax.Array, mdp: FiniteMDP):
@@ -144,10 +171,35 @@ def critic_batch_loss(config: TrainConfig, pool: FiniteMDP) -> Callable:
     return loss
 
 
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+
+
+def _split_flags(role: str, flags, runs: int):
+    """``(supervised [runs], masked [runs] or None)`` from ``init_run``'s flags argument."""
+    if role != visibility.ROLE:
+        return jnp.asarray(flags, jnp.float32), None
+    if not isinstance(flags, dict) or set(flags) != {"supervised", "masked"}:
+        raise ValueError(f"supervised: role {role!r} needs a dict with keys 'supervised' and 'masked' "
+                         f"(per-run flags), got {flags!r}")
+    out = tuple(jnp.asarray(flags[name], jnp.float32) for name in ("supervised", "masked"))
+    for name, v in zip(("supervised", "masked"), out):
+        if v.shape != (runs,):
+            raise ValueError(f"{name}: needs one flag per run, shape ({runs},), got {v.shape}")
+    return out
+
+
 def init_run(config: TrainConfig, role: str, keys, supervised) -> Run:
-    """One fresh :class:`TrainState` per raw key (``keys [runs, 2]``) and objective flag (``supervised [runs]``)."""
-    model = config.actor() if role == "actor" else config.critic()
+    """One fresh :class:`TrainState` per raw key (``keys [runs, 2]``) and objective flag (``supervised [runs]``).
+
+    Role ``"full_packet_actor"``: ``supervised`` is ``{"supervised": [runs], "masked": [runs]}`` and the
+    states are :class:`MaskedTrainState` (the mask flag does not touch the initial parameters).
+    """
+    _check_role(role)
+    model = {"actor": config.actor, "critic": config.critic, visibility.ROLE: config.full_packet_actor}[role]()
     opt = config.optimizer()
+    flag, masked = _split_flags(role, supervised, len(keys))
 
     def one(k, flag):
         k_init, k_train = jax.random.split(jax.random.wrap_key_data(k))
@@ -155,27 +207,31 @@ def init_run(config: TrainConfig, role: str, keys, supervised) -> Run:
         return TrainState(params=params, opt_state=opt.init(params), key=jax.random.key_data(k_train),
                           supervised=jnp.asarray(flag, jnp.float32))
 
-    states = jax.jit(jax.vmap(one))(jnp.asarray(keys), jnp.asarray(supervised, jnp.float32))
+    states = jax.jit(jax.vmap(one))(jnp.asarray(keys), flag)
+    if masked is not None:
+        states = MaskedTrainState(**{f.name: getattr(states, f.name) for f in dataclasses.fields(states)},
+                                  masked=masked)
     return Run(state=states, curves={"loss": jnp.zeros((len(keys), config.num_steps))})
 
 
 def make_chunk(config: TrainConfig, role: str, num_chunks: int) -> Callable[[Run, jax.Array], Run]:
     """``chunk(run, i) -> run``: steps ``i C .. (i + 1) C - 1`` (``C = num_steps / num_chunks``) of every run."""
-    if role not in ("actor", "critic"):
-        raise ValueError(f"role must be 'actor' or 'critic', got {role!r}")
+    _check_role(role)
     if num_chunks < 1 or config.num_steps % num_chunks:
         raise ValueError(f"num_chunks must be >= 1 and divide num_steps={config.num_steps}, got {num_chunks}")
     per_chunk = config.num_steps // num_chunks
     pool = config.pool()
-    loss_fn = (actor_batch_loss if role == "actor" else critic_batch_loss)(config, pool)
+    loss_fn = {"actor": actor_batch_loss, "critic": critic_batch_loss,
+               visibility.ROLE: full_packet_actor_batch_loss}[role](config, pool)
     opt = config.optimizer()
 
     def step(state: TrainState, _):
         key, sub = jax.random.split(jax.random.wrap_key_data(state.key))
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, sub, state.supervised)
+        flags = (state.masked,) if isinstance(state, MaskedTrainState) else ()
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, sub, state.supervised, *flags)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        new = TrainState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
-                         key=jax.random.key_data(key), supervised=state.supervised)
+        new = state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
+                            key=jax.random.key_data(key))
         return new, loss
 
     def one_run(state: TrainState):

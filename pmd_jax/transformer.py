@@ -6,7 +6,11 @@ normalisation and knows nothing of PMD: GPT-style blocks ``h <- h + Attn(LN(h))`
 ``h <- h + MLP(LN(h))`` (GELU, ``mlp_ratio`` times wider), a linear embedding of the
 token features plus learned positions, a final LayerNorm and a linear read-out. The
 attention mask is causal: token ``t`` sees tokens ``0..t``, so every packet puts its
-memories before the tokens that read them.
+memories before the tokens that read them. Two optional arguments add no parameters and,
+when not given, leave the model exactly as above: an extra boolean mask ``[..., T, T]``
+(``mask[..., i, j]``: token ``i`` may attend to token ``j``), and-ed with the causal one,
+and ``positions [T]`` (integer rows of the position table, default ``0..T-1``), so several
+queries can share one memory prefix at the same position (:mod:`pmd_jax.visibility`).
 
 :class:`ModelConfig` is the architecture; :meth:`ModelConfig.architecture` (with the
 token width and output width of the role the model plays) is what a kept checkpoint
@@ -21,6 +25,7 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,21 +57,43 @@ class _Block(nn.Module):
 
 
 class PreLNTransformer(nn.Module):
-    """tokens ``[..., T, F]`` -> outputs ``[..., T, out_dim]``, output ``t`` a function of tokens ``0..t``."""
+    """tokens ``[..., T, F]`` -> outputs ``[..., T, out_dim]``, output ``t`` a function of tokens ``0..t``.
+
+    ``mask`` (optional, boolean ``[..., T, T]`` with the tokens' leading axes): an extra
+    attention mask, and-ed with the causal mask in every layer; ``positions`` (optional, static
+    integers ``[T]`` in ``[0, max_len)``): the position of each token (module docstring).
+    """
 
     config: ModelConfig
     out_dim: int
     max_len: int
 
     @nn.compact
-    def __call__(self, tokens: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array, mask: jax.Array | None = None,
+                 positions: jax.Array | None = None) -> jax.Array:
         chex.assert_rank(tokens, {2, 3})
         T = tokens.shape[-2]
-        if T > self.max_len:
+        if positions is None and T > self.max_len:
             raise ValueError(f"packet length {T} exceeds the model's max_len={self.max_len}")
+        if positions is not None:
+            positions = np.asarray(positions)  # static: the packet layout, not data
+            if positions.shape != (T,) or not np.issubdtype(positions.dtype, np.integer):
+                raise ValueError(f"positions: must be {T} integers (one per token), got {positions.dtype} "
+                                 f"{positions.shape}")
+            if positions.min() < 0 or positions.max() >= self.max_len:
+                raise ValueError(f"positions: must lie in [0, max_len={self.max_len}), got {positions.min()}.."
+                                 f"{positions.max()}")
         pos = self.param("pos", nn.initializers.normal(0.02), (self.max_len, self.config.d_model))
-        h = nn.Dense(self.config.d_model, name="embed")(tokens) + pos[:T]
-        mask = nn.make_causal_mask(jnp.ones(tokens.shape[:-1]))
+        pos = pos[:T] if positions is None else pos[positions]
+        h = nn.Dense(self.config.d_model, name="embed")(tokens) + pos
+        causal = nn.make_causal_mask(jnp.ones(tokens.shape[:-1]))
+        if mask is None:
+            mask = causal
+        else:
+            if mask.shape != tokens.shape[:-1] + (T,):
+                raise ValueError(f"mask: shape must be {tokens.shape[:-1] + (T,)} (the tokens' [..., T, T]), "
+                                 f"got {mask.shape}")
+            mask = nn.combine_masks(causal, mask[..., None, :, :])
         for _ in range(self.config.num_layers):
             h = _Block(self.config)(h, mask)
         return nn.Dense(self.out_dim, name="readout")(nn.LayerNorm()(h))

@@ -95,3 +95,16 @@ def test_exact_critic_has_zero_exact_error():
 
     out = audit.critic_errors(exact, jax.random.key(1), mdp, jnp.asarray(Q), jnp.asarray(returned), jnp.asarray(ideal), 6, 6)
     np.testing.assert_allclose(np.asarray(out["exact_returned"]), 0.0, atol=1e-13)
+
+
+def test_ideal_pmd_gain_is_never_negative():
+    """PMD improves every state (docs/pmd.md section 11.3), so its uniform-state gain is >= 0 on any input."""
+    from pmd_jax.tasks import sample_actor_inputs
+
+    def one(k):
+        k_mdp, k_in = jax.random.split(k)
+        x = sample_actor_inputs(k_in, sample_mdp("bimodal_rewards", k_mdp), "low", eta=1.2)
+        return audit.audit_call(x.mdp, x.pi, x.Q, x.eta, x.pi).gain_ideal
+
+    gains = np.asarray(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(3), 256)))
+    assert gains.min() >= -1e-12 and gains.max() > 0.1

@@ -42,7 +42,11 @@ def train_runs(ctx: RunContext, name: str, tcfg: train.TrainConfig, role: str, k
 
 
 def model_of(tcfg: train.TrainConfig, role: str):
-    return tcfg.actor() if role == "actor" else tcfg.critic()
+    """The model that plays ``role`` (one of ``pmd_jax.train.ROLES``) at ``tcfg``'s sizes."""
+    models_of_roles = {"actor": tcfg.actor, "critic": tcfg.critic, "full_packet_actor": tcfg.full_packet_actor}
+    if role not in models_of_roles:
+        raise ValueError(f"role must be one of {tuple(models_of_roles)}, got {role!r}")
+    return models_of_roles[role]()
 
 
 def keep(out_dir: pathlib.Path, name: str, tcfg: train.TrainConfig, role: str, params, info: dict) -> pathlib.Path:
