@@ -22,7 +22,7 @@ run: $(STAMP)
 # Lint first (rules in pyproject.toml), then every test on 2 workers.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -n 2 --durations=25 tests
 
 clean:
 	rm -rf $(VENV) $(OUT)
