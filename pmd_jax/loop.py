@@ -5,14 +5,18 @@ environment draw a packet under ``pi_hat_{k+1}``, and the critic maps ``Q_k`` an
 packet to ``Q_{k+1}``. The loop records the realised residuals of the returned-policy
 bound (``zeta_k`` against ideal PMD, ``delta_k`` against the exact
 ``F^{pi_hat_{k+1}} Q_k``, the greedy defect ``Dbar_k``) and the packet's visit counts.
-Rounds run as ``lax.scan``; one ``jax.vmap`` runs many MDPs, arms and budgets.
+Rounds run as ``lax.scan``; one ``jax.vmap`` runs many MDPs, arms and budgets, or
+``closed_loop(..., runs=True)`` advances several runs of one MDP together, so that
+:func:`grouped_decoder_critic` can make each run's critic call on its valid slots alone.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from pmd_jax import decoder
@@ -53,16 +57,20 @@ def exact_critic(mdp: FiniteMDP):
     return lambda key, pi_hat, Q, stream: CriticStep(bellman_operator(mdp, pi_hat, Q), jnp.zeros((S, A), jnp.int32), stream)
 
 
-def decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arm, m, n_max: int, explore_eps=0.2):
+def decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arm, m, n_max: int, explore_eps=0.2,
+                   slots: int | None = None):
     """The decoder's critic call on a packet drawn by ``arm`` (see :mod:`pmd_jax.sampling`).
 
     ``on_policy_carry`` keeps ``Q_k`` on pairs the packet did not visit; ``exact_backup``
-    returns ``F^{pi_hat} Q_k``. ``arm`` and ``m`` may be traced.
+    returns ``F^{pi_hat} Q_k``. ``arm`` and ``m`` may be traced. ``slots`` (static, at least
+    ``S A m``): make the decoder call on the packet's first ``slots`` slots only, which hold
+    every valid one (the same output up to summation order, see :func:`grouped_decoder_critic`).
     """
 
     def critic(key, pi_hat, Q, stream):
         packet = sample_packet(key, mdp, pi_hat, arm, m, stream, n_max, explore_eps)
-        Q_dec = decoder.apply_critic(params, layout, Q, packet.transitions)
+        transitions = packet.transitions if slots is None else jax.tree.map(lambda x: x[:slots], packet.transitions)
+        Q_dec = decoder.apply_critic(params, layout, Q, transitions)
         Q_dec = jnp.where((arm == Arm.ON_POLICY_CARRY) & (packet.counts == 0), Q, Q_dec)
         Q_next = jnp.where(arm == Arm.EXACT_BACKUP, bellman_operator(mdp, pi_hat, Q), Q_dec)
         return CriticStep(Q_next, packet.counts, packet.stream_state)
@@ -70,19 +78,78 @@ def decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arm, m, n_max
     return critic
 
 
-def closed_loop(key, mdp: FiniteMDP, actor: Actor, critic, pi0, Q0, stream0, eta, rounds: int) -> LoopTrace:
-    """Run ``rounds`` rounds from ``(pi0, Q0)`` and stream state ``stream0`` with step ``eta``."""
+def packet_slots(layout: decoder.Layout, arms: Sequence[int], budgets: Sequence[int]) -> tuple[int | None, ...]:
+    """Per run, the slots a critic call needs: ``S A m`` (the valid ones), ``None`` for the exact backup."""
+    return tuple(None if arm == Arm.EXACT_BACKUP else layout.S * layout.A * int(m) for arm, m in zip(arms, budgets))
+
+
+def grouped_decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arms: Sequence[int], budgets: Sequence[int],
+                           n_max: int, explore_eps=0.2):
+    """:func:`decoder_critic` for ``K`` runs at once (``closed_loop(..., runs=True)``): run ``k`` uses
+    ``arms[k]`` at budget ``budgets[k]`` (static), every state with a leading ``K`` axis.
+
+    Every sampled run draws its packet of ``n_max`` slots exactly as :func:`decoder_critic` does
+    (one vmapped :func:`~pmd_jax.sampling.sample_packet`); the decoder's critic call is then made
+    on the packet's first :func:`packet_slots` slots, which are exactly its valid ones, one vmapped
+    call per packet size, and exact-backup runs make no decoder call and draw nothing. The result
+    equals :func:`decoder_critic`'s up to floating-point summation order: a masked slot's key has
+    softmax weight exactly 0 and is no key of any other token (docs/pmd.md section 2.9), so
+    removing it changes no attention row that is read.
+    """
+    slots = packet_slots(layout, arms, budgets)
+    if any(n is not None and n > n_max for n in slots):
+        raise ValueError(f"budgets need up to {max(n for n in slots if n is not None)} slots, above n_max={n_max}")
+    sampled = np.array([k for k, n in enumerate(slots) if n is not None], int)
+    groups = [(n, np.array([k for k, nk in enumerate(slots) if nk == n])) for n in dict.fromkeys(slots) if n is not None]
+    position = {int(k): j for j, k in enumerate(sampled)}  # run -> index among the sampled runs
+    arm_v, m_v = jnp.asarray(np.asarray(arms)[sampled]), jnp.asarray(np.asarray(budgets)[sampled])
+    is_carry = jnp.asarray(np.asarray(arms) == Arm.ON_POLICY_CARRY)[:, None, None]
+    call = jax.vmap(lambda Q, tr: decoder.apply_critic(params, layout, Q, tr))
+
+    def critic(key, pi_hat, Q, stream):
+        draw = lambda pi, arm, m, st: sample_packet(key, mdp, pi, arm, m, st, n_max, explore_eps)
+        packets = jax.vmap(draw)(pi_hat[sampled], arm_v, m_v, stream[sampled])
+        Q_next = jax.vmap(lambda pi, Q: bellman_operator(mdp, pi, Q))(pi_hat, Q)  # kept on the exact-backup runs
+        for n, runs in groups:
+            at = np.array([position[int(k)] for k in runs])
+            Q_next = Q_next.at[runs].set(call(Q[runs], jax.tree.map(lambda x: x[at, :n], packets.transitions)))  # noqa: B023
+        counts = jnp.zeros(Q.shape, jnp.int32).at[sampled].set(packets.counts)
+        Q_next = jnp.where(is_carry & (counts == 0), Q, Q_next)
+        return CriticStep(Q_next, counts, stream.at[sampled].set(packets.stream_state))
+
+    return critic
+
+
+def _residuals(mdp: FiniteMDP, eta, pi, Q, pi_hat, Q_next):
+    """``zeta_k`` (against the exact PMD step), ``delta_k`` (against ``F^{pi_hat} Q_k``) and ``Dbar_k``."""
+    zeta = jnp.max(jnp.sum(jnp.abs(pi_hat - pmd_step(pi, Q, eta)), axis=-1))
+    dbar = greedy_defect(mdp, pi, Q)
+    delta = jnp.max(jnp.abs(Q_next - bellman_operator(mdp, pi_hat, Q)))
+    return zeta, delta, dbar
+
+
+def closed_loop(key, mdp: FiniteMDP, actor: Actor, critic, pi0, Q0, stream0, eta, rounds: int, runs: bool = False) -> LoopTrace:
+    """Run ``rounds`` rounds from ``(pi0, Q0)`` and stream state ``stream0`` with step ``eta``.
+
+    ``runs=True``: ``pi0, Q0 [K, S, A]`` and ``stream0 [K]`` are ``K`` runs on the same MDP and
+    round keys, advanced together: ``actor`` and ``critic`` take and return every run at once
+    (leading ``K`` axis; e.g. ``jax.vmap(actor)`` and :func:`grouped_decoder_critic`), and every
+    field of the trace gets a leading ``K`` axis. Each run's trace is the one ``runs=False`` gives
+    it with the per-run actor and critic.
+    """
+    residuals = lambda pi, Q, pi_hat, Q_next: _residuals(mdp, eta, pi, Q, pi_hat, Q_next)
+    if runs:
+        residuals = jax.vmap(residuals)
 
     def round_(carry, key_k):
         pi, Q, stream = carry
         pi_hat = actor(pi, Q, eta)
-        zeta = jnp.max(jnp.sum(jnp.abs(pi_hat - pmd_step(pi, Q, eta)), axis=-1))
-        dbar = greedy_defect(mdp, pi, Q)
         out = critic(key_k, pi_hat, Q, stream)
-        delta = jnp.max(jnp.abs(out.Q_next - bellman_operator(mdp, pi_hat, Q)))
+        zeta, delta, dbar = residuals(pi, Q, pi_hat, out.Q_next)
         return (pi_hat, out.Q_next, out.stream_state), (zeta, delta, dbar, out.counts, pi_hat)
 
-    (pi_T, _, _), (zeta, delta, dbar, counts, policies) = jax.lax.scan(
-        round_, (pi0, Q0, jnp.asarray(stream0)), jax.random.split(key, rounds)
-    )
+    (pi_T, _, _), records = jax.lax.scan(round_, (pi0, Q0, jnp.asarray(stream0)), jax.random.split(key, rounds))
+    if runs:  # rounds first from the scan; runs first in the trace
+        records = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), records)
+    zeta, delta, dbar, counts, policies = records
     return LoopTrace(zeta=zeta, delta=delta, dbar=dbar, counts=counts, policies=policies, policy=pi_T)

@@ -8,8 +8,9 @@ Closed-Loop Control" (arXiv 2609.30500), section 8 and Figure 5, the bound of se
 sampling arm and budget (:data:`ARMS`) runs T = 20 rounds of actor call -> fresh packet
 under the new policy -> critic call, all through the frozen decoder (eta = 0.8, all
 margins 16), from the uniform policy and Q_0 = 0. The sweep axis is the MDPs; arms and
-budgets are an inner vmap, so the whole table is one compiled program. ``--quick`` runs
-the first 32 of the same 64 MDPs.
+budgets are the runs of one closed loop (its critic groups them by packet size,
+:func:`packet_slots`), so the whole table is one compiled program. ``--quick`` runs the
+first 32 of the same 64 MDPs.
 
 ``eta`` and ``explore_eps`` are array leaves of the program (:data:`TRACED`): ``--sweep
 eta=0.4,0.8,1.6`` runs every value on the same MDPs and sampling keys in one vmapped
@@ -71,7 +72,8 @@ from experiments import checks, io, sweep
 from experiments.registry import RunContext, Study, Summary, register
 from pmd_jax import decoder
 from pmd_jax.bound import critic_error_bound, critic_leak_bounds, returned_policy_bound, routing_error_bound, sampling_error
-from pmd_jax.loop import closed_loop, decoder_critic
+from pmd_jax.loop import closed_loop, grouped_decoder_critic
+from pmd_jax.loop import packet_slots as loop_packet_slots
 from pmd_jax.mdp import FiniteMDP, RandomMDPFamily, optimal_q, policy_evaluation, uniform_policy
 from pmd_jax.sampling import ARM_NAMES, Arm
 
@@ -143,7 +145,7 @@ class CoverageConfig:
 
     @property
     def n_max(self) -> int:
-        """The packet's declared size: the largest budget, ``S A max(m)`` transitions."""
+        """The largest packet, ``S A max(m)`` transitions: the size in the critic's leak envelope."""
         return self.num_states * self.num_actions * max(m for _, m in ARMS)
 
     def family(self) -> RandomMDPFamily:
@@ -162,18 +164,31 @@ def arm_label(arm: Arm, m: int) -> str:
 LABELS = tuple(arm_label(a, m) for a, m in ARMS)
 
 
+def packet_slots(cfg: CoverageConfig) -> tuple[int | None, ...]:
+    """Per arm of :data:`ARMS`, the slots of its critic call: ``S A m``, ``None`` for the exact backup.
+
+    Every packet is drawn at :attr:`CoverageConfig.n_max` slots (slots past ``S A m`` invalid),
+    and the critic call is made on its ``S A m`` valid slots alone
+    (:func:`pmd_jax.loop.grouped_decoder_critic`): the same output as the padded call, and the
+    m = 6 arms attend over 96 tokens instead of 312.
+    """
+    return loop_packet_slots(decoder.Layout(cfg.num_states, cfg.num_actions), [a for a, _ in ARMS], [m for _, m in ARMS])
+
+
 def make_mdp_runner(cfg: CoverageConfig):
-    """``run(item) -> per-arm records`` for one MDP; arms vmapped inside.
+    """``run(item) -> per-arm records`` for one MDP; the arms are the runs of one closed loop.
 
     ``item``: ``P``, ``R``, a typed ``key``, and the :data:`TRACED` values ``eta`` and
-    ``explore_eps`` (scalars, so a sweep over them is a vmap over items).
+    ``explore_eps`` (scalars, so a sweep over them is a vmap over items). Every arm starts from
+    the same state and uses the same round keys; the critic groups the arms by packet size
+    (:func:`packet_slots`).
     """
     S, A = cfg.num_states, cfg.num_actions
     layout = decoder.Layout(S, A)
     params = decoder.construct_params(S, A, cfg.gamma, cfg.kappa, cfg.nu, jnp.float32)
-    arms = jnp.array([int(a) for a, _ in ARMS])
+    K = len(ARMS)
     budgets = jnp.array([m for _, m in ARMS])
-    actor = lambda pi, Q, eta: decoder.apply_actor(params, layout, pi, Q, eta)  # noqa: E731
+    actor = jax.vmap(lambda pi, Q, eta: decoder.apply_actor(params, layout, pi, Q, eta), (0, 0, None))
 
     def run(item):
         eta, explore_eps = item["eta"], item["explore_eps"]
@@ -187,15 +202,18 @@ def make_mdp_runner(cfg: CoverageConfig):
         zeta_envelope = routing_error_bound(S, eta, cfg.kappa, cfg.nu, cfg.q_bound)
 
         def delta_envelope(m):
-            """Section 13's per-round critic envelope for a packet with at least ``m`` samples per pair."""
+            """Section 13's per-round critic envelope for a packet with at least ``m`` samples per pair
+            (of ``n_max`` slots: the leak bound grows with the packet, so it covers the call on the valid ones)."""
             m_min = jnp.maximum(m, 1)
             lam1, lam2 = critic_leak_bounds(S, A, cfg.kappa, cfg.nu, cfg.n_max, m_min)
             eps = sampling_error(cfg.q_bound, S, A, cfg.rounds, cfg.alpha, m_min)
             return critic_error_bound(cfg.q_bound, cfg.gamma, lam1, lam2, eps)
 
-        def one_arm(arm, m):
-            critic = decoder_critic(params, layout, mdp, arm, m, cfg.n_max, explore_eps)
-            trace = closed_loop(k_loop, mdp, actor, critic, pi0, Q0, start, eta, cfg.rounds)
+        critic = grouped_decoder_critic(params, layout, mdp, [a for a, _ in ARMS], [m for _, m in ARMS], cfg.n_max, explore_eps)
+        traces = closed_loop(k_loop, mdp, actor, critic, jnp.broadcast_to(pi0, (K, S, A)), jnp.broadcast_to(Q0, (K, S, A)),
+                             jnp.full(K, start), eta, cfg.rounds, runs=True)
+
+        def records(trace, m):
             loss = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, trace.policy)))
             b = returned_policy_bound(trace.zeta, trace.delta, trace.dbar, jnp.full(cfg.rounds, eta),
                                       cfg.gamma, cfg.q_bound, jnp.max(jnp.abs(Q_star)))
@@ -208,7 +226,7 @@ def make_mdp_runner(cfg: CoverageConfig):
                 "delta_over_envelope": jnp.max(trace.delta) / delta_envelope(m),
             }
 
-        return jax.vmap(one_arm)(arms, budgets)
+        return jax.vmap(records)(traces, budgets)
 
     return run
 
