@@ -42,7 +42,7 @@ from scipy import stats
 from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.studies.pmd import training
-from pmd_jax import audit, tasks
+from pmd_jax import audit
 
 CONDITIONS = ("iid", "reward_x2", "low_entropy", "high_entropy")
 PAPER_TABLE = {  # condition: row-L1 mean, max, ideal gain, implemented gain, negative share, critic mean, per-input max
@@ -69,18 +69,7 @@ class AuditConfig:
     eval_seed: int = 31
 
     def __post_init__(self):
-        for name in ("n_mdps", "per_mdp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        allowed = tuple(training.CONDITIONS)
-        if not self.conditions or any(c not in allowed for c in self.conditions):
-            raise ValueError(f"conditions must be a non-empty subset of {allowed}, got {self.conditions}")
-        for needed in ("iid", "low_entropy"):
-            if needed not in self.conditions:
-                raise ValueError(f"conditions must include {needed!r} (the checks compare it)")
-        lo, hi = tasks.ETA_RANGE
-        if not lo <= self.eta <= hi:
-            raise ValueError(f"eta must lie in the actor's training range {tasks.ETA_RANGE}, got {self.eta}")
+        training.check_screen(self, ("iid", "low_entropy"))
         if not 0.0 < self.top_fraction <= 1.0 or self.top_fraction * self.n_mdps * self.per_mdp < 1:
             raise ValueError(f"top_fraction must lie in (0, 1] and select at least one input, got {self.top_fraction}")
 

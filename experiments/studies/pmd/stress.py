@@ -41,7 +41,6 @@ import numpy as np
 from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.studies.pmd import training
-from pmd_jax import tasks
 
 CONDITIONS = tuple(training.CONDITIONS)
 PAPER_TABLE = {  # condition: (row-L1 mean, row-L1 max, TD mean, TD max), TD against ideal-PMD targets
@@ -65,16 +64,9 @@ class StressConfig:
     eval_seed: int = 21
 
     def __post_init__(self):
-        for name in ("n_mdps", "per_mdp", "target_samples"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.conditions or any(c not in CONDITIONS for c in self.conditions):
-            raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {self.conditions}")
-        if "iid" not in self.conditions:
-            raise ValueError("conditions must include 'iid', the reference of every check")
-        lo, hi = tasks.ETA_RANGE
-        if not lo <= self.eta <= hi:
-            raise ValueError(f"eta must lie in the actor's training range {tasks.ETA_RANGE}, got {self.eta}")
+        training.check_screen(self, ("iid",))
+        if self.target_samples < 1:
+            raise ValueError(f"target_samples must be >= 1, got {self.target_samples}")
 
 
 # The actor and critic presets are pmd.learned_actor's and pmd.learned_critic's QUICK ones, so `run all --quick`

@@ -96,6 +96,22 @@ CONDITIONS = {
 }
 
 
+def check_screen(cfg, required: tuple[str, ...]) -> None:
+    """A clear error naming the field when a screen config's ``n_mdps``, ``per_mdp``, ``conditions`` (which must
+    hold ``required``, the conditions its checks compare) or ``eta`` (inside the actor's training range) is bad."""
+    for name in ("n_mdps", "per_mdp"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if not cfg.conditions or any(c not in CONDITIONS for c in cfg.conditions):
+        raise ValueError(f"conditions must be a non-empty subset of {tuple(CONDITIONS)}, got {cfg.conditions}")
+    for needed in required:
+        if needed not in cfg.conditions:
+            raise ValueError(f"conditions must include {needed!r} (the checks compare it)")
+    lo, hi = tasks.ETA_RANGE
+    if not lo <= cfg.eta <= hi:
+        raise ValueError(f"eta must lie in the actor's training range {tasks.ETA_RANGE}, got {cfg.eta}")
+
+
 def condition_inputs(conditions, n_mdps: int, per_mdp: int, eta: float, key_seed: int, data_seed: int = 0):
     """Actor inputs ``[conditions, per_mdp * n_mdps]`` at step ``eta``: for each condition of :data:`CONDITIONS`,
     ``per_mdp`` policies on each of ``n_mdps`` test MDPs of its family, drawn from its entropy band."""
