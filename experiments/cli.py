@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import configs, distributed, io, registry, report, runner
+from experiments import configs, distributed, io, jobs, registry, report, runner
 from experiments.provenance import provenance
 
 __all__ = ["main"]
@@ -121,6 +121,26 @@ def _run_study(study: registry.Study, request: runner.Request, args: argparse.Na
     return _Row(study.name, "PASS" if passed == total else "FAIL", passed, total, time.perf_counter() - t0)
 
 
+def _run_side_by_side(chosen: list[registry.Study], args: argparse.Namespace) -> list[_Row]:
+    """``run all --jobs N`` (:mod:`experiments.jobs`): one process per study, the checks printed as each ends."""
+    flags = [flag for flag, on in (("--quick", args.quick), ("--resume", args.resume),
+                                   ("--allow-code-change", args.allow_code_change),
+                                   ("--tensorboard", args.tensorboard)) if on]
+
+    def row(done: jobs.Finished) -> _Row:
+        if done.result is None:
+            print(f"ERROR in study {done.study} (no result written); end of {done.log}:\n{jobs.tail(done.log)}",
+                  file=sys.stderr, flush=True)
+            return _Row(done.study, "ERROR", 0, 0, done.wall_s)
+        passed, total = _print_checks(done.study, done.result)
+        return _Row(done.study, "PASS" if passed == total else "FAIL", passed, total, done.wall_s)
+
+    rows: dict[str, _Row] = {}
+    out = pathlib.Path(args.out)
+    jobs.run_studies(chosen, jobs.run_command(flags, out), out, args.jobs, lambda done: rows.__setitem__(done.study, row(done)))
+    return [rows[s.name] for s in chosen]
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         distributed.check_arguments(args.coordinator, args.num_processes, args.process_id)
@@ -149,7 +169,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     configs.apply(config, [(field, value)])
     except configs.ConfigError as err:
         return _usage_error(str(err))
-    rows = [_run_study(study, request, args, pathlib.Path(args.out)) for study in chosen]
+    if args.jobs > 1:
+        if args.study != "all" or args.coordinator is not None:
+            return _usage_error("--jobs runs the studies of 'all' side by side; it takes neither one study nor --coordinator")
+        rows = _run_side_by_side(chosen, args)
+    else:
+        rows = [_run_study(study, request, args, pathlib.Path(args.out)) for study in chosen]
     if len(rows) > 1:
         width = max(len(r.study) for r in rows)
         print(f"\n{'study':<{width}}  status  checks  wall_s")
@@ -248,6 +273,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-code-change", action="store_true",
                      help="with --resume: continue a checkpoint although the code it depends on changed")
     run.add_argument("--tensorboard", action="store_true", help="also write training curves as TensorBoard events")
+    run.add_argument("--jobs", type=_positive_int, default=1,
+                     help="with 'all': run up to JOBS studies side by side, one process each (default 1)")
     run.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process: address of process 0")
     run.add_argument("--num-processes", type=_positive_int, help="multi-process: number of processes")
     run.add_argument("--process-id", type=int, help="multi-process: this process's index, 0..N-1")

@@ -1,0 +1,98 @@
+"""``run all --jobs N``: every study in its own ``python -m experiments run STUDY`` process, at most N at once.
+
+Much of a quick study's wall time is single-threaded (XLA compilation, small ops, Python),
+so two studies side by side use two cores better than one study at a time. A study starts
+only after the studies in its ``after`` that are part of the run have finished (they keep
+the models it loads). Each process writes its output to ``DIR/STUDY/run.log``; when it ends
+its checks are printed from its ``result.json``, so the console shows whole studies, not
+interleaved progress bars. A study that wrote no fresh ``result.json`` is an ERROR and its
+log's tail is printed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Callable, Sequence
+
+from experiments import registry, results
+
+LOG = "run.log"
+POLL_S = 0.5
+TAIL_LINES = 30
+
+
+@dataclasses.dataclass
+class Finished:
+    """One study's process after it ended: its fresh result (``None`` if it wrote none) and wall time."""
+
+    study: str
+    result: dict | None
+    wall_s: float
+    log: pathlib.Path
+
+
+@dataclasses.dataclass
+class _Running:
+    study: str
+    process: subprocess.Popen
+    started: float
+    log: pathlib.Path
+
+
+def _fresh_result(study_dir: pathlib.Path, since: float) -> dict | None:
+    """``result.json`` of ``study_dir`` if it was written at or after ``since`` (wall clock), else None."""
+    path = study_dir / results.RESULT
+    if not path.exists() or path.stat().st_mtime < since:
+        return None
+    return json.loads(path.read_text())
+
+
+def tail(path: pathlib.Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` non-blank lines of a log (progress bars' carriage returns read as line breaks)."""
+    text = path.read_text(errors="replace").replace("\r", "\n")
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+def run_command(flags: Sequence[str], out: pathlib.Path) -> Callable[[registry.Study], list[str]]:
+    """The command line of one study's process: ``python -m experiments run STUDY --out DIR FLAGS``."""
+    return lambda study: [sys.executable, "-m", "experiments", "run", study.name, "--out", str(out), *flags]
+
+
+def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.Study], list[str]], out: pathlib.Path,
+                jobs: int, on_finish: Callable[[Finished], None]) -> list[Finished]:
+    """Run ``command(study)`` for every study of ``chosen`` (in :func:`experiments.registry.run_order`
+    order) with at most ``jobs`` processes at once, each study after its ``after``.
+
+    ``on_finish`` is called as each study ends. Returns the finished studies in the order of ``chosen``.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    names = {s.name for s in chosen}
+    pending = list(chosen)
+    running: list[_Running] = []
+    done: dict[str, Finished] = {}
+    while pending or running:
+        for study in list(pending):
+            if len(running) >= jobs:
+                break
+            if all(a in done or a not in names for a in study.after):
+                pending.remove(study)
+                study_dir = out / study.name
+                study_dir.mkdir(parents=True, exist_ok=True)
+                log = study_dir / LOG
+                argv = command(study)
+                print(f"== started {study.name} -> {study_dir} (output in {log})", flush=True)
+                with open(log, "w") as handle:
+                    process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+                running.append(_Running(study.name, process, time.time(), log))
+        time.sleep(POLL_S)
+        for job in [j for j in running if j.process.poll() is not None]:
+            running.remove(job)
+            finished = Finished(job.study, _fresh_result(out / job.study, job.started), time.time() - job.started, job.log)
+            done[job.study] = finished
+            on_finish(finished)
+    return [done[s.name] for s in chosen]

@@ -1,0 +1,77 @@
+"""``run all --jobs N`` (experiments.jobs): at most N processes, ``after`` respected, results read back, errors kept."""
+import json
+import os
+import sys
+
+import pytest
+
+from experiments import cli, jobs, registry
+
+# A stand-in for ``python -m experiments run STUDY``: logs its start and end times, sleeps, writes result.json
+# (or exits with an error for a study named "*broken*").
+FAKE = """
+import json, pathlib, sys, time
+name, out = sys.argv[1], pathlib.Path(sys.argv[2])
+with open(out / "times.log", "a") as f:
+    f.write(f"start {name} {time.time()}\\n")
+time.sleep(0.6)
+with open(out / "times.log", "a") as f:
+    f.write(f"end {name} {time.time()}\\n")
+if "broken" in name:
+    print("Traceback: something broke in", name)
+    sys.exit(1)
+checks = [{"name": "c", "passed": True, "value": 1.0, "target": "> 0"}]
+(out / name / "result.json").write_text(json.dumps({"checks": checks, "provenance": {"wall_s": 0.6}}))
+"""
+
+
+def _study(name, after=()):
+    return registry.Study(name=name, summary="s", config_type=dict, quick={}, full={}, compute=None,
+                          summarize=None, after=after)
+
+
+def _times(out):
+    rows = [line.split() for line in (out / "times.log").read_text().splitlines()]
+    return {(kind, name): float(t) for kind, name, t in rows}
+
+
+def _run(tmp_path, studies, n):
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE)
+    seen = []
+    done = jobs.run_studies(studies, lambda s: [sys.executable, str(script), s.name, str(tmp_path)], tmp_path, n,
+                            seen.append)
+    return done, seen
+
+
+def test_jobs_overlap_and_after_waits(tmp_path):
+    studies = [_study("t.a"), _study("t.b"), _study("t.c", after=("t.a",))]
+    done, seen = _run(tmp_path, studies, 3)  # room for all three: only `after` holds c back
+    t = _times(tmp_path)
+    assert t[("start", "t.b")] < t[("end", "t.a")]  # a and b side by side
+    assert t[("start", "t.c")] >= t[("end", "t.a")]  # c waits for a
+    assert [d.study for d in done] == ["t.a", "t.b", "t.c"] and {d.study for d in seen} == {"t.a", "t.b", "t.c"}
+    assert all(d.result["checks"][0]["passed"] for d in done)
+
+
+def test_one_job_runs_one_at_a_time(tmp_path):
+    _run(tmp_path, [_study("t.a"), _study("t.b")], 1)
+    t = _times(tmp_path)
+    assert t[("start", "t.b")] >= t[("end", "t.a")]
+
+
+def test_a_study_without_fresh_result_is_reported_with_its_log(tmp_path):
+    (tmp_path / "t.x_broken").mkdir()
+    (tmp_path / "t.x_broken" / "result.json").write_text(json.dumps({"checks": []}))  # stale, from an earlier run
+    os.utime(tmp_path / "t.x_broken" / "result.json", (0, 0))
+    done, _ = _run(tmp_path, [_study("t.x_broken")], 2)
+    assert done[0].result is None
+    assert "something broke in t.x_broken" in jobs.tail(done[0].log)
+
+
+def test_bad_jobs_are_rejected(tmp_path, capsys):
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        jobs.run_studies([], lambda s: [], tmp_path, 0, print)
+    assert cli.main(["run", "regret.stationarity", "--quick", "--jobs", "2", "--out", str(tmp_path)]) == 2
+    assert "--jobs runs the studies of 'all'" in capsys.readouterr().err
+    assert cli.main(["run", "all", "--quick", "--jobs", "0"]) == 2
