@@ -98,22 +98,22 @@ def regret_offset(config: TrainConfig) -> float:
     return config.d * offset if config.model == "multihead" else offset
 
 
-def make_regrets(config: TrainConfig, model: nn.Module) -> Callable[[Any, jax.Array], jax.Array]:
-    """``regrets(variables, key)`` [batch]: Regret (Eq. (4)) or sum_j R_j (Eq. (10)) on one fresh batch."""
+def make_regrets(config: TrainConfig, model: nn.Module) -> Callable[..., jax.Array]:
+    """``regrets(variables, key, mask=None)`` [batch]: Regret (Eq. (4)) or sum_j R_j (Eq. (10)) on one fresh batch.
+
+    ``mask`` [T] multiplies the losses of each round (see :func:`make_train`'s ``horizon``).
+    """
     d, T, B = config.d, config.T, config.batch_size
+    width = d * d if config.model == "multihead" else d
 
-    if config.model == "multihead":
-
-        def regrets(variables, key):
-            blocks = sample_losses(key, B, T, d * d).reshape(B, T, d, d)
-            q = jax.vmap(model.apply, in_axes=(None, 0))(variables, blocks.reshape(B, T, d * d))
-            return swap_regrets(q, blocks)
-
-    else:
-
-        def regrets(variables, key):
-            losses = sample_losses(key, B, T, d)
-            return jax.vmap(external_regret)(jax.vmap(model.apply, in_axes=(None, 0))(variables, losses), losses)
+    def regrets(variables, key, mask=None):
+        z = sample_losses(key, B, T, width)
+        if mask is not None:
+            z = z * mask[:, None]
+        policies = jax.vmap(model.apply, in_axes=(None, 0))(variables, z)
+        if config.model == "multihead":
+            return swap_regrets(policies, z.reshape(B, T, d, d))
+        return jax.vmap(external_regret)(policies, z)
 
     return regrets
 
@@ -136,34 +136,48 @@ def make_schedule(config: TrainConfig) -> optax.Schedule:
     return optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, config.warmup_steps, config.num_steps, end_value=0.0)
 
 
-def make_train(config: TrainConfig) -> Callable[[jax.Array], TrainOutput]:
-    """Return a pure, jittable ``train(key)``; vmap it over keys for seeds.
+def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
+    """Return a pure, jittable ``train(key, horizon=None, lr_scale=None)``; vmap it over keys for seeds.
 
     The differentiated objective is mean((R - offset)^2) per batch, offset = E[R] if
     ``config.centered`` else 0 (module docstring); ``loss_curve`` is mean(R^2) either way.
+
+    ``horizon`` (an integer <= ``config.T``, may be traced and vmapped): train at that
+    horizon inside the length-``config.T`` program.  The losses of rounds t > horizon are
+    set to 0: they add nothing to the learner's loss or to L_T, and the policies of rounds
+    t <= horizon do not see them, so every regret, hence the loss and its gradient, is
+    that of horizon ``horizon`` (docs/regret.md §14.1; the offset is E[R] at ``horizon``).
+    ``lr_scale`` multiplies every update (Adam's step is linear in its rate), so a vmapped
+    grid of horizons can train each at its own rate.  ``None`` for both is the plain run.
     """
     model = build_model(config)
     regrets_fn = make_regrets(config, model)
-    offset = regret_offset(config) if config.centered else 0.0
-
-    def objective(variables, key):  # (differentiated estimate, Eq. (6)/(10) value for the loss curve)
-        r = regrets_fn(variables, key)
-        return jnp.mean((r - offset) ** 2), jnp.mean(r**2)
-
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(make_schedule(config)))
     in_dim = config.d * config.d if config.model == "multihead" else config.d
 
-    def train(key: jax.Array) -> TrainOutput:
-        init_key, data_key = jax.random.split(key)
-        variables = model.init(init_key, jnp.zeros((config.T, in_dim)))
-        opt_state = optimiser.init(variables)
+    def train(key: jax.Array, horizon=None, lr_scale=None) -> TrainOutput:
+        if horizon is None:
+            mask, offset = None, regret_offset(config) if config.centered else 0.0
+        else:
+            mask = (jnp.arange(config.T) < horizon).astype(jnp.float32)
+            scale = jnp.sqrt(jnp.asarray(horizon, jnp.float32) / config.T)  # E[R] is sqrt(horizon) times a constant
+            offset = regret_offset(config) * scale if config.centered else 0.0
+
+        def objective(variables, step_key):  # (differentiated estimate, Eq. (6)/(10) value for the loss curve)
+            r = regrets_fn(variables, step_key, mask)
+            return jnp.mean((r - offset) ** 2), jnp.mean(r**2)
 
         def update(carry, step_key):
             variables, opt_state = carry
             (_, value), grads = jax.value_and_grad(objective, has_aux=True)(variables, step_key)
             updates, opt_state = optimiser.update(grads, opt_state, variables)
+            if lr_scale is not None:
+                updates = jax.tree.map(lambda u: lr_scale * u, updates)
             return (optax.apply_updates(variables, updates), opt_state), value
 
+        init_key, data_key = jax.random.split(key)
+        variables = model.init(init_key, jnp.zeros((config.T, in_dim)))
+        opt_state = optimiser.init(variables)
         keys = jax.random.split(data_key, config.num_steps)
         (variables, _), curve = jax.lax.scan(update, (variables, opt_state), keys)
         return TrainOutput(variables=variables, loss_curve=curve)

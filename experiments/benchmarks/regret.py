@@ -46,3 +46,34 @@ def stationarity(out_dir) -> dict:
     loop_rate = n_loop * E / loop_s
     return {"d": d, "T": T, "sequences": N, "etas": E, "jax": vec, "numpy_loop_s_for_8_sequences": loop_s,
             "jax_evals_per_s": vec_rate, "numpy_evals_per_s": loop_rate, "speedup": vec_rate / loop_rate}
+
+
+from experiments.studies.regret import limit as _limit  # noqa: E402,F401 - registers the study timed below
+from regret_jax.limit import argmin_probs  # noqa: E402
+
+
+def _numpy_argmin_probs(y: np.ndarray, num_nodes: int = 40) -> np.ndarray:
+    """q(y) in the w-form of docs/regret.md §5.7, q_a = int phi(w) prod_{b != a} Phibar(y_a - y_b + w) dw:
+    Gauss-Hermite in w, a plain loop over a and nodes, O(d^2) per node."""
+    from scipy.special import ndtr
+
+    x, w = np.polynomial.hermite.hermgauss(num_nodes)
+    q = np.zeros(len(y))
+    for a in range(len(y)):
+        for node, weight in zip(np.sqrt(2) * x, w / np.sqrt(np.pi)):
+            q[a] += weight * np.prod([1 - ndtr(y[a] - y[b] + node) for b in range(len(y)) if b != a])
+    return q
+
+
+@bench("regret.limit")
+def limit(out_dir) -> dict:
+    """Argmin probabilities q(y) per second at d = 100: the O(d) shared-survival ``argmin_probs`` (vmapped) against the
+    O(d^2) w-form as a numpy loop (the form it replaces)."""
+    d, n = 100, 1024
+    ys = np.random.default_rng(0).normal(size=(n, d)).astype(np.float32)
+    vec = benchmark.time_call(jax.vmap(argmin_probs), jnp.asarray(ys))
+    n_loop = 2
+    loop = benchmark.time_python(lambda: [_numpy_argmin_probs(y.astype(np.float64)) for y in ys[:n_loop]], repeats=1)
+    vec_rate, loop_rate = n / vec["min_s"], n_loop / loop["min_s"]
+    return {"d": d, "evaluations": n, "jax": vec, "numpy_loop_s_for_2": loop["min_s"],
+            "jax_q_per_s": vec_rate, "numpy_q_per_s": loop_rate, "speedup": vec_rate / loop_rate}

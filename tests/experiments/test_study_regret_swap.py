@@ -4,7 +4,7 @@ import pytest
 
 import regret_jax as rj
 from experiments.registry import RunContext
-from experiments.studies.regret.swap import CALIBRATIONS, SwapConfig, compute, horizon_metrics, step_grid, summarize, write
+from experiments.studies.regret.swap import CALIBRATIONS, SwapConfig, compute, head_table, horizon_metrics, step_grid, summarize, write
 
 TINY = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=3, batch_size=8, num_steps=10), horizons=(1, 2), num_seeds=2,
                   num_etas=4, scan_sequences=1000)
@@ -19,12 +19,13 @@ def test_swap_study_tiny(tmp_path):
     assert arrays["gaps"]["learned"]["gap_ce"].shape == (3, 2, 6) and arrays["gaps"]["bm"]["gap_swap"].shape == (E, 6)
     assert arrays["gaps"]["uniform"]["gap_ce"].shape == (6,) and arrays["etas"].shape == (E,)
     assert arrays["nonconverged"]["learned"].shape == (3, 2) and arrays["nonconverged"]["bm"].shape == (E,)
+    assert {k: v.shape for k, v in arrays["heads"].items()} == {"eta": (2, 3), "offray": (2, 3), "offdiag": (2, 3)}
     summary = summarize(TINY, arrays)
     m = summary.metrics
     assert m["gap_ce_uniform_t6"] == pytest.approx(2 / 9, abs=1e-6) and m["gap_swap_uniform_t3"] == pytest.approx(1 / 3, abs=1e-6)
     assert m["nonconverged_fraction_learned"] == 0 and m["nonconverged_fraction_bm"] == 0
     assert [c.name for c in summary.checks] == CHECKS and summary.checks[-1].passed
-    assert summary.tables["table"]["H"] == [3, 6]
+    assert summary.tables["table"]["H"] == [3, 6] and summary.tables["heads"]["seed"] == [0, 0, 0, 1, 1, 1]
     write(TINY, arrays, summary, tmp_path)
     saved = np.load(tmp_path / "gap_curves.npz")
     assert {"etas", "uniform_gap_ce", "bm_gap_swap", "ftrl_gap_ce", "learned_d_gap_cce", "learned_uncalibrated_gap_ce"} <= set(saved)
@@ -55,6 +56,8 @@ def _arrays(config, learned_ce, bm_ce, nonconverged=0):
     return {"gaps": {"uniform": uniform, "bm": run(bm_ce), "ftrl": run(np.full(E, 0.1)), "learned": run(learned_ce)},
             "etas": np.geomspace(0.1, 1.0, E), "root": {"eta_star": np.asarray(0.4), "se": np.asarray(0.01)},
             "nonconverged": {"learned": np.full(np.shape(learned_ce), nonconverged), "bm": np.zeros(E)},
+            "heads": {"eta": np.array([[0.2, 0.4, 0.3], [0.3, 0.3, 0.3]]), "offray": np.full((2, 3), 0.1),
+                      "offdiag": np.array([[0.1, 0.2, 0.5], [0.0, 0.1, 0.1]])},
             "curves": {"multihead": {"loss": np.ones((2, 8))}}}
 
 
@@ -95,3 +98,14 @@ def test_swap_checks_pass_and_fail_on_synthetic_gaps():
 def test_swap_config_validates(field, kwargs):
     with pytest.raises(ValueError, match=field):
         SwapConfig(**{"train": TINY.train, **kwargs})
+
+
+def test_head_table_reads_every_seed_and_head():
+    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=2)
+    arrays = _arrays(config, [[0.02, 0.04], [0.05, 0.05], [0.1, 0.1]], [0.2, 0.02, 0.05])
+    heads = head_table(config, arrays)
+    assert heads["seed"] == [0, 0, 0, 1, 1, 1] and heads["head"] == [0, 1, 2, 0, 1, 2]
+    np.testing.assert_allclose(heads["kappa"][:3], np.array([0.2, 0.4, 0.3]) * np.sqrt(3))
+    np.testing.assert_allclose(heads["eta_over_eta_star"][1], 0.4 / 0.4)
+    m = summarize(config, arrays).metrics
+    assert m["head_offdiag_max"] == pytest.approx(0.5) and m["head_eta_over_eta_star_mean"] == pytest.approx(1.8 / 6 / 0.4)

@@ -1,7 +1,10 @@
 """Config validation, FTRL fitting, the deep Transformer's causality, the centred estimator and schedule, and small seeded learning checks."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import regret_jax as rj
@@ -126,3 +129,48 @@ def test_centered_training_reports_eq6_and_schedule_shape():
     # step 0 plays uniformly (zero read-out): the curve is the Eq. (6) value, equal for both estimators and near exact_F0
     np.testing.assert_allclose(np.asarray(centered.loss_curve), np.asarray(plain.loss_curve), rtol=1e-6)
     assert float(centered.loss_curve[0]) == pytest.approx(rj.exact_F0(3, 8), rel=0.1)
+
+
+T_MAX, HORIZON = 7, 4
+
+
+@pytest.mark.parametrize("model", ["attention", "multihead"])
+def test_masked_training_step_is_the_horizon_T_step(model):
+    """One step of make_train(...)(key, horizon=4) at length T_MAX equals one step of an independent horizon-4
+    computation on the first 5 rounds of the same draws: same loss, same centred gradient, same Adam update."""
+    tc = rj.TrainConfig(model=model, d=3, T=T_MAX, batch_size=4, num_steps=1, learning_rate=0.05, centered=True)
+    out = jax.jit(rj.make_train(tc))(jax.random.key(3), jnp.asarray(HORIZON), 0.5)
+    short = dataclasses.replace(tc, T=HORIZON)
+    module = rj.build_model(short)
+    init_key, data_key = jax.random.split(jax.random.key(3))
+    width = 9 if model == "multihead" else 3
+    variables = module.init(init_key, jnp.zeros((T_MAX, width)))
+    z = rj.sample_losses(jax.random.split(data_key, 1)[0], 4, T_MAX, width)[:, :HORIZON]  # rounds t <= horizon only
+
+    def regrets(v):
+        pols = jax.vmap(module.apply, in_axes=(None, 0))(v, z)
+        if model == "multihead":
+            return rj.swap_regrets(pols, z.reshape(4, HORIZON, 3, 3))
+        return jax.vmap(rj.external_regret)(pols, z)
+
+    offset = rj.regret_offset(short)
+    opt = optax.chain(optax.clip_by_global_norm(tc.max_grad_norm), optax.adam(tc.learning_rate))
+
+    @jax.jit
+    def step(v):
+        grads = jax.grad(lambda v: jnp.mean((regrets(v) - offset) ** 2))(v)
+        updates, _ = opt.update(grads, opt.init(v), v)
+        return optax.apply_updates(v, jax.tree.map(lambda u: 0.5 * u, updates)), jnp.mean(regrets(v) ** 2)
+
+    expected, loss = step(variables)
+    assert float(out.loss_curve[0]) == pytest.approx(float(loss), rel=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), out.variables, expected)
+
+
+def test_zero_losses_past_T_leave_the_regret_unchanged():
+    """The identity behind the masking: regret of the padded sequence == regret of the first T rounds."""
+    head = {"V": jax.random.normal(jax.random.key(0), (3, 3)), "k": jnp.full(3, 0.2), "v": jnp.ones(3), "b": jnp.asarray(0.5)}
+    losses = jax.random.normal(jax.random.key(1), (HORIZON, 3))
+    padded = jnp.concatenate([losses, jnp.zeros((T_MAX - HORIZON, 3))])
+    pol = lambda x: jax.nn.softmax(rj.causal_logits(head, x))  # noqa: E731
+    assert float(rj.external_regret(pol(padded), padded)) == pytest.approx(float(rj.external_regret(pol(losses), losses)), rel=1e-6)

@@ -41,6 +41,12 @@ how each could fail:
 * ``fixed_points_converged`` (fraction == 0): every played x_t of every learned and BM
   run is a converged fixed point (``SwapState.nonconverged``); a slowly mixing or
   near-periodic learned Q fails it.
+
+Parameter level (docs/regret.md §10.7; reported, not checked): per seed and head j (table ``heads``), the effective
+value matrix W_j = b_j P V_j (invariant under softmax shifts and the scale freedom of Eq. (2),
+``regret_jax.param_match``) split into its d x d input blocks; the diagonal block W_jj against -eta P (ray fit eta,
+kappa = eta sqrt(train.T), eta / eta*, relative distance to the fit) and the off-diagonal blocks' Frobenius norm
+relative to W_jj, which Theorem 2's configuration e_j^T (x) (-eta P) has at 0.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import regret_jax as rj
+from regret_jax import param_match
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
@@ -135,6 +142,7 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     """Self-play gap curves [T] (uniform), [E, T] (BM and FTRL per step), [C, S, T] (learned per calibration, seed).
 
     ``{"gaps": {run: {gap_ce, gap_swap, gap_cce}}, "etas": [E], "nonconverged": {"learned": [C, S], "bm": [E]},
+    "heads": {eta, offray, offdiag} [S, d] (``param_match.swap_head_match``),
     "root": {eta_star, se}, "curves": {"multihead": {"loss"}}}``; runs ``uniform``, ``bm``, ``ftrl``, ``learned``.
     """
     tc, d, T = config.train, config.train.d, config.T
@@ -158,7 +166,9 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     learned_runs = jax.jit(jax.vmap(jax.vmap(learned, in_axes=(0, None)), in_axes=(None, 0)))(
         res.variables["params"]["heads"], jnp.asarray(config.calibrations(), jnp.float32))
     runs = {"uniform": jax.jit(play)(rj.uniform_learner(d)), "bm": bm_runs, "ftrl": ftrl_runs, "learned": learned_runs}
+    heads = jax.jit(jax.vmap(param_match.swap_head_match))(res.variables["params"]["heads"])
     return {
+        "heads": jax.tree.map(np.asarray, heads),
         "gaps": {name: jax.tree.map(np.asarray, _gaps(r)) for name, r in runs.items()},
         "etas": etas,
         "nonconverged": {"learned": np.asarray(_nonconverged(learned_runs)), "bm": np.asarray(_nonconverged(bm_runs))},
@@ -219,7 +229,22 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
                       claim="every played fixed point x_t = FixedPoint(Q_t) converged"),
     ]
     table = {"H": h["H"].tolist(), **{k: v.tolist() for k, v in h.items() if k != "H"}}
-    return Summary(metrics=metrics, checks=found, tables={"table": table})
+    heads = head_table(config, arrays)
+    metrics.update(head_kappa_mean=float(np.mean(heads["kappa"])), head_eta_over_eta_star_mean=float(np.mean(heads["eta_over_eta_star"])),
+                   head_offray_max=float(np.max(heads["offray"])), head_offdiag_max=float(np.max(heads["offdiag"])))
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "heads": heads})
+
+
+def head_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
+    """Per seed and head j: the ray fit eta of the diagonal value block W_jj (W = b P V, docs/regret.md §10.7), kappa =
+    eta sqrt(T), eta / eta*, W_jj's relative distance to the fit and the off-diagonal blocks' norm relative to W_jj."""
+    h = {k: np.asarray(v, np.float64) for k, v in arrays["heads"].items()}  # [S, d]
+    S, d = h["eta"].shape
+    eta_s = float(arrays["root"]["eta_star"])
+    return {"seed": np.repeat(np.arange(S), d).tolist(), "head": np.tile(np.arange(d), S).tolist(),
+            "eta": h["eta"].ravel().tolist(), "kappa": (h["eta"] * np.sqrt(config.train.T)).ravel().tolist(),
+            "eta_over_eta_star": (h["eta"] / eta_s).ravel().tolist(), "offray": h["offray"].ravel().tolist(),
+            "offdiag": h["offdiag"].ravel().tolist()}
 
 
 def write(config: SwapConfig, arrays: dict, summary: Summary, out_dir) -> None:

@@ -1,0 +1,156 @@
+"""The continuous-time limit of docs/regret.md §5.7: q(y), the s-quadrature, G_d and dG_d, and the discrete model."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import ndtr
+
+import regret_jax as rj
+from regret_jax.limit import (
+    argmin_probs,
+    centred_moments,
+    centred_scan,
+    limit_scan,
+    limit_integrand,
+    limit_keys,
+    limit_nodes,
+    limit_sample,
+)
+
+_q = jax.jit(argmin_probs, static_argnums=1)
+
+
+def gauss_hermite_q(y, num_nodes=120):
+    """The w-form q_a = int phi(w) prod_{b != a} Phibar(y_a - y_b + w) dw by Gauss-Hermite, numpy float64, O(d^2)."""
+    x, w = np.polynomial.hermite.hermgauss(num_nodes)
+    nodes, weights = np.sqrt(2) * x, w / np.sqrt(np.pi)
+    diff = y[:, None] - y[None, :]  # [a, b] y_a - y_b
+    q = np.zeros(len(y))
+    for a in range(len(y)):
+        others = np.delete(diff[a], a)
+        q[a] = weights @ np.prod(1 - ndtr(others[None, :] + nodes[:, None]), axis=1)
+    return q
+
+
+def test_argmin_probs_d2_closed_form(x64):
+    for y1, y2 in [(0.0, 0.0), (0.3, -1.1), (2.0, 7.5), (-40.0, -33.0)]:
+        q = np.asarray(_q(jnp.array([y1, y2])))
+        np.testing.assert_allclose(q, [ndtr((y2 - y1) / np.sqrt(2)), ndtr((y1 - y2) / np.sqrt(2))], atol=1e-12)
+
+
+def test_argmin_probs_against_gauss_hermite_w_form(x64):
+    rng = np.random.default_rng(0)
+    for d, scale in [(3, 0.2), (5, 1.0), (20, 0.1), (20, 3.0)]:
+        y = rng.normal(size=d) * scale
+        np.testing.assert_allclose(np.asarray(_q(jnp.asarray(y))), gauss_hermite_q(y), atol=1e-9)
+
+
+def test_argmin_probs_sum_to_one_up_to_d_1000():
+    rng = np.random.default_rng(1)
+    for d in (2, 100, 1000):
+        for scale in (0.0, 0.05, 1.0, 30.0):  # all equal (no gap) to one-hot
+            q = np.asarray(_q(jnp.asarray(rng.normal(size=d) * scale, jnp.float32)))
+            assert np.all(q >= 0) and abs(1 - q.sum()) < 1e-5, (d, scale, 1 - q.sum())
+
+
+def test_argmin_probs_against_monte_carlo_frequencies():
+    y = np.array([0.4, -0.2, 0.0, 1.5, -0.9])
+    n = 400_000
+    w = np.random.default_rng(2).normal(size=(n, len(y)))
+    freq = np.bincount(np.argmin(y + w, axis=1), minlength=len(y)) / n
+    q = np.asarray(_q(jnp.asarray(y, jnp.float32)))
+    z = (freq - q) / np.sqrt(q * (1 - q) / n)
+    assert np.all(np.abs(z) < 4.5), z
+
+
+def test_limit_nodes_integrate_powers_of_s():
+    sqrt_s, sqrt_odds, w = limit_nodes(12)
+    s = sqrt_s**2
+    for p in range(4):
+        assert abs(w @ s**p - 1 / (p + 1)) < 1e-12  # int_0^1 s^p ds
+    np.testing.assert_allclose(sqrt_odds, np.sqrt(s / (1 - s)), rtol=1e-12)
+    with pytest.raises(ValueError, match="num_nodes"):
+        limit_nodes(0)
+
+
+def test_limit_integrand_value_and_kappa_derivative(x64):
+    rng = np.random.default_rng(3)
+    z = jnp.asarray(rng.normal(size=6))
+    kappas = jnp.array([0.7, 2.0, 3.1])
+    sqrt_s, sqrt_odds = 0.6, 0.75
+    integrand = jax.jit(limit_integrand)
+    h, dh, mass = integrand(z, kappas, sqrt_s, sqrt_odds)
+    q = gauss_hermite_q(np.asarray(z) * sqrt_odds)
+    for k, kappa in enumerate(np.asarray(kappas)):
+        u = -kappa * sqrt_s * np.asarray(z)
+        pi = np.exp(u - u.max()) / np.exp(u - u.max()).sum()
+        assert abs(float(h[k]) - np.sum((pi - q) ** 2)) < 1e-9
+    eps = 1e-6
+    hp, _, _ = integrand(z, kappas + eps, sqrt_s, sqrt_odds)
+    hm, _, _ = integrand(z, kappas - eps, sqrt_s, sqrt_odds)
+    np.testing.assert_allclose(np.asarray(dh), np.asarray(hp - hm) / (2 * eps), rtol=1e-6)
+    assert abs(float(mass)) < 1e-12
+
+
+def _shared_z_G(z, kappas, num_nodes, step=None):
+    """Per sample, sum_j w_j h(s_j, Z) with ONE Z for every node: isolates the quadrature error."""
+    sqrt_s, sqrt_odds, w = (jnp.asarray(x, jnp.float32) for x in limit_nodes(num_nodes))
+    if step is None:
+        fn = lambda zz, a, b: limit_integrand(zz, kappas, a, b)[0]
+    else:  # the argmin trapezoid at another step
+        fn = lambda zz, a, b: jnp.sum((jax.nn.softmax(-kappas[:, None] * a * zz) - argmin_probs(b * zz, step)) ** 2, -1)
+    per_node = jax.jit(jax.vmap(jax.vmap(fn, in_axes=(None, 0, 0)), in_axes=(0, None, None)))(z, sqrt_s, sqrt_odds)
+    return np.asarray(jnp.einsum("j,njk->nk", w, per_node), np.float64)
+
+
+def test_quadrature_doubling_changes_G_less_than_monte_carlo_error():
+    d, n = 10, 300
+    kappas = jnp.asarray([2.0, 2.7, 3.5], jnp.float32)
+    z = jax.random.normal(jax.random.key(4), (n, d))
+    base = _shared_z_G(z, kappas, 12)
+    mc_se = base.std(0, ddof=1) / np.sqrt(n)
+    for other in (_shared_z_G(z, kappas, 24), _shared_z_G(z, kappas, 12, step=0.1)):
+        change = np.abs((other - base).mean(0))
+        assert np.all(change < 0.01 * mc_se), (change, mc_se)
+
+
+def test_limit_matches_discrete_second_moment_at_large_T():
+    """mu_d^2 + G_d(kappa) against E[R^2]/T of the discrete model (rj.ray_regret) at T = 2000, and
+    G_d against the centred excess mean (R/sqrt(T) - mu_d)^2 (the same expectation, ten times sharper)."""
+    d, T, N = 3, 2000, 3000
+    kappas = np.array([0.8, 1.6, 2.4, 4.0])
+    lim = limit_scan(d, 2000, kappas=kappas)
+    disc = centred_scan(d, T, N, kappas=kappas, seed=5)
+    mu2 = rj.mu_d(d) ** 2
+    z_F = (disc["F"] / T - mu2 - lim["G"]) / np.hypot(disc["F_se"] / T, lim["G_se"])
+    z_excess = (disc["excess"] - lim["G"]) / np.hypot(disc["excess_se"], lim["G_se"])
+    assert np.all(np.abs(z_F) < 4.5) and np.all(np.abs(z_excess) < 4.5), (z_F, z_excess)
+    assert np.all(lim["G"] > 10 * lim["G_se"])  # a nonzero excess: a dropped G term would fail z_excess
+    assert np.all(np.abs(disc["mean_dR"] / disc["mean_dR_se"]) < 4.5)  # E[R'] = 0 (docs/regret.md §4.4)
+    assert lim["mass_error"] < 1e-5
+    assert int(lim["sign_changes"]) == 1 and lim["dG"][1] < -4.5 * lim["dG_se"][1] and lim["dG"][2] > 4.5 * lim["dG_se"][2]
+    assert disc["dF"][1] < 0 < disc["dF"][2]  # the same bracket [1.6, 2.4] of the root in the discrete model
+
+
+def test_centred_moments_hand_example():
+    d, T = 2, 4
+    R = np.array([[1.0, 2.0, 0.0, 1.0], [3.0, 0.5, 1.0, 2.0], [2.0, 1.0, 4.0, 0.0]])
+    dR = np.array([[-1.0, 0.5, 2.0, 1.0], [0.5, 1.5, 0.0, -1.0], [0.0, 1.0, -2.0, 0.5]])
+    etas = np.array([0.5, 1.0, 1.5, 2.0])
+    out = centred_moments(R, dR, etas, d, T)
+    c = 2 * rj.mu_d(2)
+    np.testing.assert_allclose(out["dF"], [np.mean(2 * (R[:, e] - c) * dR[:, e]) for e in range(4)])
+    np.testing.assert_allclose(out["excess"], [np.mean((R[:, e] / 2 - rj.mu_d(2)) ** 2) for e in range(4)])
+    np.testing.assert_allclose(out["F"], np.mean(R**2, 0))
+    np.testing.assert_allclose(out["dF_se"], np.std(2 * (R - c) * dR, 0, ddof=1) / np.sqrt(3))
+    np.testing.assert_allclose(out["kappas"], etas * 2)
+
+
+def test_limit_keys_and_sample_shapes():
+    keys = limit_keys(4, 6)
+    assert keys.shape == (6, 2) and len({tuple(k) for k in keys}) == 6
+    assert not {tuple(k) for k in keys} & {tuple(k) for k in rj.scan_keys(4, 10, 6)}
+    g, dg, mass = jax.jit(limit_sample(4, np.array([1.0, 2.0]), 6))(keys[0])
+    assert g.shape == dg.shape == (2,) and mass.shape == ()
+    with pytest.raises(ValueError, match="num_samples"):
+        limit_keys(4, 0)
