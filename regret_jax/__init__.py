@@ -5,7 +5,8 @@ Case Study on the Probability Simplex" (its equations are reconstructed and deri
 docs/regret.md): the Eq. (1)-(2) attention with softmax, external and swap
 regret, the squared regret loss, the Theorem-1 ray scan, entropic FTRL, the d-head
 fixed-point (Blum-Mansour) model and its swap loss, equilibrium gaps in games, the
-parameter-level match of trained heads, and the continuous-time limit of the ray.
+parameter-level match of trained heads, the Stein form of F' and the ray's curvature, and
+the continuous-time limit of the ray.
 """
 from regret_jax.attention import (
     AttentionLogits,
@@ -63,7 +64,9 @@ from regret_jax.limit import (
 from regret_jax.param_match import head_blocks, invariants, logit_terms, ray_distance, ray_fit, swap_head_match, term_ratios
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
 from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regrets
+from regret_jax.stein import ray_curvature, stein_sample, stein_terms
 from regret_jax.stationarity import (
+    swap_block_gradients,
     SCAN_CHUNK,
     SCAN_KAPPAS,
     RayEstimate,
@@ -161,6 +164,7 @@ __all__ = [
     "mu_d",
     "policy_mse",
     "power_iteration",
+    "ray_curvature",
     "ray_distance",
     "ray_estimate",
     "ray_fit",
@@ -178,7 +182,10 @@ __all__ = [
     "self_play",
     "sequence_model_learner",
     "squared_regret_loss",
+    "stein_sample",
+    "stein_terms",
     "step",
+    "swap_block_gradients",
     "swap_gap",
     "swap_head_match",
     "swap_learner",

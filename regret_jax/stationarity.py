@@ -32,8 +32,9 @@ import numpy as np
 from flax import struct
 from scipy.special import ndtr
 
-from regret_jax.attention import causal_logits, ftrl_params
+from regret_jax.attention import MultiHeadSimplexAttention, bm_params, causal_logits, ftrl_params
 from regret_jax.regret import external_regret
+from regret_jax.regret_loss import swap_regrets
 
 
 def _max_gaussian_moment(d: int, power: int) -> float:
@@ -248,3 +249,35 @@ def scan(d: int, T: int, num_sequences: int, map_fn=None, *, kappas=SCAN_KAPPAS,
     keys = scan_keys(d, T, num_sequences, seed)
     run = map_fn or (lambda fn, xs, chunk: jax.jit(jax.vmap(fn))(xs))
     return scan_moments(*run(ray_sample(d, T, etas), keys, min(chunk_size, num_sequences)), etas)
+
+
+def swap_block_gradients(blocks: jax.Array, eta, offset=0.0) -> dict:
+    """Gradient of (sum_j R_j - offset)^2 for one block input [T, d, d] w.r.t. every head parameter at ``bm_params(d, eta)``.
+
+    docs/regret.md §10.4 (Theorem 2, the Eq. (11) block structure of the swap loss Eq. (10)):
+    by autodiff through :class:`~regret_jax.attention.MultiHeadSimplexAttention` on the
+    Gaussian block input z_t = (l^{(1)}_t, ..., l^{(d)}_t) (``blocks[t, j]`` = l^{(j)}_t), as in
+    ``train.make_regrets`` for ``model = "multihead"``. Returns the "heads" parameter tree
+    {V [d, d, d^2], k [d, d^2], v [d, d], b [d]}; with ``V[j].reshape(d, d, d)[:, k, :]`` the
+    block of head j that reads input block k, in expectation
+
+        V_j[:, block j] = alpha P with alpha = -F'(eta)/(d - 1) for every head j,
+        V_j[:, block k != j] = 0,  k_j = 0,  v_j = 0,  b_j = eta F'(eta),
+
+    so the gradient vanishes at eta = eta* of Theorem 1. Pointwise, the columns of each V_j and
+    the entries of each v_j sum to zero (J 1 = 0), and sum_j <V_j[:, block j], -P> =
+    2 (sum_j R_j - offset) sum_j R_j', the per-sequence Phi' sample of :func:`swap_ray_regret`
+    for ``offset = 0``. ``offset = d sqrt(T) mu_d`` (= E[sum_j R_j]) leaves the expectation
+    unchanged and lowers the variance (the centred gradient of docs/regret.md §4.4).
+    """
+    chex.assert_rank(blocks, 3)
+    T, d, _ = blocks.shape
+    chex.assert_shape(blocks, (T, d, d))
+    model = MultiHeadSimplexAttention(d)
+    tokens = blocks.reshape(T, d * d)
+
+    def swap_loss(heads):
+        q = model.apply({"params": {"heads": heads}}, tokens)
+        return (swap_regrets(q[None], blocks[None])[0] - offset) ** 2
+
+    return jax.grad(swap_loss)(bm_params(d, eta))

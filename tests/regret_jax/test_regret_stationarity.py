@@ -3,9 +3,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from regret_reference import external_regret, hedge
+from regret_reference import external_regret, hedge, softmax
 
 import regret_jax as rj
+from regret_jax.stationarity import swap_block_gradients
 
 
 def test_mu_d_and_max_square_closed_forms():
@@ -128,3 +129,62 @@ def test_scan_moments_root_of_a_known_line():
     np.testing.assert_allclose(out["F"], 1.0)
     np.testing.assert_allclose(out["F_se"], 0.0)
     assert out["dF"].shape == out["mean_R_se"].shape == (11,)
+
+
+def _swap_loss_loop(heads, blocks, offset):
+    """(sum_j R_j - offset)^2 of the Eq. (9) heads on Gaussian block input [T, d, d] by plain loops (docs/regret.md §10.3)."""
+    T, d, _ = blocks.shape
+    total = 0.0
+    for j in range(d):
+        u, policies = np.zeros(d), np.zeros((T, d))
+        for t in range(T):
+            policies[t] = softmax(u)
+            z = blocks[t].reshape(-1)
+            u = u + (heads["V"][j] @ z + heads["v"][j]) * (heads["b"][j] + heads["k"][j] @ z)
+        total += external_regret(policies, blocks[:, j, :])
+    return (total - offset) ** 2
+
+
+def test_swap_block_gradients_match_finite_differences_of_a_loop(x64):
+    rng = np.random.default_rng(4)
+    d, T, eta, offset, h = 3, 6, 0.45, 1.7, 1e-6
+    blocks = rng.normal(size=(T, d, d))
+    grads = jax.jit(swap_block_gradients)(jnp.asarray(blocks), eta, offset)
+    base = jax.tree.map(np.asarray, rj.bm_params(d, eta))
+    for _ in range(2):  # random directions through every block
+        direction = {k: rng.normal(size=v.shape) for k, v in base.items()}
+        shifted = [{k: base[k] + s * h * direction[k] for k in base} for s in (1, -1)]
+        fd = (_swap_loss_loop(shifted[0], blocks, offset) - _swap_loss_loop(shifted[1], blocks, offset)) / (2 * h)
+        along = sum(float(np.sum(np.asarray(grads[k]) * direction[k])) for k in base)
+        np.testing.assert_allclose(along, fd, rtol=1e-6)
+    # off-diagonal value blocks alone (head j reading block k != j)
+    direction = {k: np.zeros_like(v) for k, v in base.items()}
+    direction["V"] = np.einsum("jk,ac->jakc", 1.0 - np.eye(d), rng.normal(size=(d, d))).reshape(d, d, d * d)
+    shifted = [{k: base[k] + s * h * direction[k] for k in base} for s in (1, -1)]
+    fd = (_swap_loss_loop(shifted[0], blocks, offset) - _swap_loss_loop(shifted[1], blocks, offset)) / (2 * h)
+    np.testing.assert_allclose(float(np.sum(np.asarray(grads["V"]) * direction["V"])), fd, rtol=1e-6)
+
+
+def test_swap_block_gradients_pointwise_identities(x64):
+    rng = np.random.default_rng(5)
+    d, T, eta = 4, 9, 0.3
+    blocks = jnp.asarray(rng.normal(size=(3, T, d, d)))
+
+    @jax.jit
+    def per_sequence(blocks):
+        ray = jax.vmap(rj.ray_regret, in_axes=(1, None))(blocks, jnp.array([eta]))  # head j on block j: ([d, 1], [d, 1])
+        return swap_block_gradients(blocks, eta), ray, rj.swap_ray_regret(blocks, jnp.array([eta]))
+
+    g, (R, dR), (S, dS) = jax.vmap(per_sequence)(blocks)
+    V = np.asarray(g["V"]).reshape(3, d, d, d, d)  # [sequence, head j, row, input block k, column]
+    np.testing.assert_allclose(V.sum(axis=2), 0.0, atol=1e-10)  # every column of every V_j sums to 0
+    np.testing.assert_allclose(np.asarray(g["v"]).sum(axis=-1), 0.0, atol=1e-10)
+    # head j's ray derivative <V_j[:, block j], -P> = 2 (sum_k R_k) R_j', and b_j = eta times it
+    P = np.eye(d) - 1.0 / d
+    want = 2 * np.asarray(R[..., 0]).sum(axis=1, keepdims=True) * np.asarray(dR[..., 0])  # [3, heads]
+    diag = np.stack([V[:, j, :, j, :] for j in range(d)], axis=1)
+    ray_derivative = -np.einsum("njac,ac->nj", diag, P)
+    np.testing.assert_allclose(ray_derivative, want, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(g["b"]), eta * want, rtol=1e-10)
+    # summed over heads: the per-sequence Phi' sample 2 S S' of swap_ray_regret
+    np.testing.assert_allclose(ray_derivative.sum(axis=1), np.asarray(2 * S * dS)[:, 0], rtol=1e-10)

@@ -7,8 +7,9 @@ plus eta = 0 for the exact values of docs/regret.md §5.4. Each cell is one comp
 program (its own shape): ``sweep_map`` vmaps the estimator over sequences (the eta grid is
 vectorised inside) and shards, chunks and checkpoints them. The root eta* of F' and its
 standard error come from :func:`regret_jax.scan_moments`. At one designated cell the
-block-gradient structure of docs/regret.md §5.3 is checked at eta*, and Phi' = d F'
-(docs/regret.md §10.5) with d independent Gaussian blocks. The Monte-Carlo sequences are
+block-gradient structure of docs/regret.md §5.3 is checked at eta*, the same for the d-head
+swap model of Theorem 2 (docs/regret.md §10.4), and Phi' = d F' (docs/regret.md §10.5), both
+with d independent Gaussian blocks. The Monte-Carlo sequences are
 not seeds (each cell draws its own from ``seed``), so the study has no ``--seeds``.
 
 No number of the paper survived (docs/regret.md §12), so ``PAPER`` is empty and every
@@ -33,10 +34,22 @@ check tests a qualitative claim or an exact identity. Checks, and how each could
   (z < 4.5): off the root the gradient is alpha P with alpha != 0 and nothing else.
 * ``multihead_phi_prime_is_d_F_prime`` (z < 4.5): the d-head swap objective's derivative is d
   times the single-head one (Eqs. (59)-(60)), so the two roots coincide.
+* ``swap_gradient_vanishes_at_eta_star`` (z < 4.5): Theorem 2, the gradient of the swap loss (10)
+  at the Blum-Mansour configuration V_j = e_j^T (x) (-eta* P) vanishes in every block: each
+  head's alpha_j (its diagonal value block along P), the off-diagonal value blocks V_j[:, block
+  k != j], the diagonal blocks off P, k_j, v_j, and the spread of alpha_j over heads (b_j =
+  -eta (d - 1) alpha_j pointwise, so it is covered). A head that reads another head's block, a
+  swap root other than eta*, or a bug breaking the head symmetry fails it. The alpha z-scores
+  also count the Monte-Carlo error of eta* (the centred swap gradient is precise enough that
+  the root's own error would otherwise dominate).
+* ``swap_gradient_along_P_at_half_eta_star`` (|z| > 5 for every head) and
+  ``swap_gradient_off_P_vanishes_at_half_eta_star`` (z < 4.5): off the root every head's
+  diagonal block is alpha P with alpha != 0, one alpha for all heads, and every other block is zero.
 
-The pointwise shift invariance 1^T grad_V = 0 holds by construction (J 1 = 0) and is a test
-(``tests/regret_jax/test_regret_stationarity.py``); its relative size is reported as the metric
-``struct_colsum_V_rel_star``, not checked.
+The pointwise shift invariance 1^T grad_V = 0 (and 1^T grad_{V_j} = 0 for every head) holds by
+construction (J 1 = 0) and is a test (``tests/regret_jax/test_regret_stationarity.py``); its
+relative size is reported as the metrics ``struct_colsum_V_rel_star`` and
+``struct_swap_colsum_V_rel_star``, not checked.
 """
 from __future__ import annotations
 
@@ -47,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import regret_jax as rj
+from regret_jax.stationarity import swap_block_gradients
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 
@@ -54,6 +68,8 @@ PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/re
 
 Z_MAX = 4.5  # two-sided z threshold for Monte-Carlo identities (many cells x etas are tested)
 ROOT_COLUMNS = ("d", "T", "eta_star", "kappa_star", "se", "sign_changes")
+SWAP_OFF_P = ("z_max_alpha_spread", "z_max_V_offdiag", "z_max_V_offray", "z_max_k", "z_max_v")  # swap_structure keys
+SWAP_STAR = ("z_max_alpha_head", *SWAP_OFF_P)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +127,18 @@ def scan_cell(config: ScanConfig, d: int, T: int, ctx: RunContext) -> dict[str, 
                    kappas=config.kappas, seed=config.seed, chunk_size=config.chunk_size)
 
 
-def structure_checks(config: ScanConfig, eta_star: float) -> dict[str, float]:
-    """docs/regret.md §5.3 block gradients at eta* (and at eta*/2, where they must not vanish) and Phi' = d F' (§10.5)."""
+def _normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``jax.random.normal(key, shape)``, the same numbers drawn flat: XLA compiles a multi-axis draw several times slower."""
+    return jax.random.normal(key, (int(np.prod(shape)),)).reshape(shape)
+
+
+def structure_checks(config: ScanConfig, eta_star: float, eta_star_se: float) -> dict[str, float]:
+    """docs/regret.md §5.3 block gradients at eta* (and at eta*/2, where they must not vanish), the same for the
+    d-head swap model (§10.4, :func:`swap_structure`; ``eta_star_se`` is the standard error of eta*), and Phi' = d F' (§10.5)."""
     d, T = config.structure_cell
     N = config.structure_sequences
     key = jax.random.fold_in(jax.random.key(config.seed), 7)
-    losses = jax.random.normal(key, (N, T, d))
+    losses = _normal(key, (N, T, d))
     P = np.eye(d) - 1.0 / d
     out = {}
     grad_fn = jax.jit(jax.vmap(rj.block_gradients, in_axes=(0, None)))
@@ -130,7 +152,8 @@ def structure_checks(config: ScanConfig, eta_star: float) -> dict[str, float]:
         resid = g["V"] - alpha[:, None, None] * P
         out[f"z_max_V_offray_{tag}"] = float(np.max(np.abs(np.mean(resid, 0) / (np.std(resid, 0, ddof=1) / np.sqrt(N) + 1e-30))))
         out[f"colsum_V_rel_{tag}"] = float(np.max(np.abs(g["V"].sum(axis=1))) / np.max(np.abs(g["V"])))
-    blocks = jax.random.normal(jax.random.fold_in(key, 1), (N, T, d, d))
+    blocks = _normal(jax.random.fold_in(key, 1), (N, T, d, d))
+    out.update(swap_structure(blocks, eta_star, eta_star_se))
     etas = jnp.asarray(config.kappas / np.sqrt(T), jnp.float32)
     S, dS = jax.jit(jax.vmap(rj.swap_ray_regret, in_axes=(0, None)))(blocks, etas)
     R, dR = jax.jit(jax.vmap(jax.vmap(rj.ray_regret, in_axes=(0, None)), in_axes=(2, None)))(blocks, etas)
@@ -148,6 +171,60 @@ def structure_checks(config: ScanConfig, eta_star: float) -> dict[str, float]:
     return out
 
 
+def swap_structure(blocks: jax.Array, eta_star: float, eta_star_se: float) -> dict[str, float]:
+    """docs/regret.md §10.4: the d-head swap loss's block gradients at eta* and eta*/2 on block inputs [N, T, d, d].
+
+    :func:`regret_jax.stationarity.swap_block_gradients` centred at E[sum_j R_j] = d sqrt(T) mu_d
+    (same mean, lower variance, docs/regret.md §4.4), reduced on the device. Per eta:
+    ``z_alpha`` (alpha pooled over heads), ``z_min_alpha_head`` / ``z_max_alpha_head`` (the
+    smallest / largest |z| of one head's alpha), ``z_max_alpha_spread`` (each head's alpha minus
+    the heads' mean: one alpha for all heads), ``z_max_V_offdiag`` (V_j on input block k != j),
+    ``z_max_V_offray`` (V_j on block j minus alpha_j P), ``z_max_k``, ``z_max_v``, and
+    ``colsum_V_rel`` (the largest pointwise column sum of a V_j, relative to its largest entry).
+    The alpha z-scores also count the Monte-Carlo error of eta* itself: ``alpha_root_se`` =
+    |d alpha / d eta| se(eta*), the slope the secant between eta*/2 and eta* of the pooled alpha.
+    """
+    N, T, d, _ = blocks.shape
+    P = jnp.eye(d) - 1.0 / d
+    offset = d * np.sqrt(T) * rj.mu_d(d)
+    heads, others = np.nonzero(~np.eye(d, dtype=bool))
+
+    def mean_se(x):
+        return jnp.mean(x, 0), jnp.std(x, 0, ddof=1) / np.sqrt(N) + 1e-30
+
+    def max_abs_z(x):
+        m, se = mean_se(x)
+        return jnp.max(jnp.abs(m / se))
+
+    @jax.jit
+    def statistics(blocks, eta):  # blocks as an argument, not a compiled-in constant
+        g = jax.vmap(swap_block_gradients, in_axes=(0, None, None))(blocks, eta, offset)
+        V = g["V"].reshape(N, d, d, d, d)  # [sequence, head j, row, input block k, column]
+        diag = jnp.swapaxes(V[:, jnp.arange(d), :, jnp.arange(d), :], 0, 1)  # [N, j, row, column]: block k = j
+        alpha = jnp.einsum("njac,ac->nj", diag, P) / (d - 1)  # [N, heads]
+        return {
+            "alpha": mean_se(alpha), "alpha_pooled": mean_se(alpha.mean(1)),
+            "z_max_alpha_spread": max_abs_z(alpha - alpha.mean(1, keepdims=True)),
+            "z_max_V_offdiag": max_abs_z(jnp.swapaxes(V[:, heads, :, others, :], 0, 1)),
+            "z_max_V_offray": max_abs_z(diag - alpha[..., None, None] * P),
+            "z_max_k": max_abs_z(g["k"]), "z_max_v": max_abs_z(g["v"]),
+            "colsum_V_rel": jnp.max(jnp.abs(V.sum(axis=2))) / jnp.max(jnp.abs(V)),
+        }
+
+    stats = {tag: jax.tree.map(np.asarray, statistics(blocks, jnp.float32(eta)))
+             for tag, eta in (("star", eta_star), ("half", eta_star / 2))}
+    slope = (stats["star"]["alpha_pooled"][0] - stats["half"]["alpha_pooled"][0]) / (eta_star / 2)
+    root_se = float(abs(slope) * eta_star_se)
+    out = {"swap_alpha_root_se": root_se}
+    for tag, st in stats.items():
+        (head, head_se), (pooled, pooled_se) = st.pop("alpha"), st.pop("alpha_pooled")
+        z_head = np.abs(head) / np.hypot(head_se, root_se)
+        out.update({f"swap_{k}_{tag}": float(v) for k, v in st.items()})
+        out[f"swap_z_alpha_{tag}"] = float(pooled / np.hypot(pooled_se, root_se))
+        out[f"swap_z_min_alpha_head_{tag}"], out[f"swap_z_max_alpha_head_{tag}"] = float(z_head.min()), float(z_head.max())
+    return out
+
+
 def compute(config: ScanConfig, ctx: RunContext) -> dict:
     """``{"cells": {d, T}, "ray": {moments [C, 1 + K]}, "root": {eta_star, se, sign_changes}, "structure": {...}}``.
 
@@ -161,11 +238,13 @@ def compute(config: ScanConfig, ctx: RunContext) -> dict:
     root = {k: np.asarray([s[k] for s in scans]) for k in ("eta_star", "se", "sign_changes")}
     d_s, T_s = config.structure_cell
     if config.structure_cell in cells:
-        eta_s = float(root["eta_star"][cells.index(config.structure_cell)])
+        i = cells.index(config.structure_cell)
+        eta_s, eta_se = float(root["eta_star"][i]), float(root["se"][i])
     else:
-        kappa = [float(root["eta_star"][i]) * np.sqrt(T) for i, (d, T) in enumerate(cells) if d == d_s]
-        eta_s = float(np.mean(kappa)) / np.sqrt(T_s)
-    structure = structure_checks(config, eta_s)
+        sel = [i for i, (d, T) in enumerate(cells) if d == d_s]
+        kappa, kappa_se = (np.asarray([root[k][i] * np.sqrt(cells[i][1]) for i in sel]) for k in ("eta_star", "se"))
+        eta_s, eta_se = float(np.mean(kappa)) / np.sqrt(T_s), float(np.sqrt(np.sum(kappa_se**2)) / len(sel)) / np.sqrt(T_s)
+    structure = structure_checks(config, eta_s, eta_se)
     return {
         "cells": {"d": np.asarray([c[0] for c in cells]), "T": np.asarray([c[1] for c in cells])},
         "ray": ray, "root": root, "structure": {k: np.asarray(v) for k, v in structure.items()},
@@ -232,6 +311,10 @@ def summarize(config: ScanConfig, arrays: dict) -> Summary:
         checks.above("gradient_along_P_at_half_eta_star", abs(st["z_alpha_half"]), 5.0),
         checks.below("gradient_off_P_vanishes_at_half_eta_star", max(st["z_max_V_offray_half"], st["z_max_v_half"]), Z_MAX),
         checks.below("multihead_phi_prime_is_d_F_prime", st["z_max_phi"], Z_MAX),
+        checks.below("swap_gradient_vanishes_at_eta_star", max(st[f"swap_{k}_star"] for k in SWAP_STAR), Z_MAX,
+                     claim="Theorem 2: the Blum-Mansour configuration at eta* is a stationary point of the swap loss (10)"),
+        checks.above("swap_gradient_along_P_at_half_eta_star", st["swap_z_min_alpha_head_half"], 5.0),
+        checks.below("swap_gradient_off_P_vanishes_at_half_eta_star", max(st[f"swap_{k}_half"] for k in SWAP_OFF_P), Z_MAX),
     ]
     table = {
         "d": list(config.ds), "kappa_star": [kbar[d] for d in config.ds], "kappa_star_se": [kbar_se[d] for d in config.ds],
