@@ -63,7 +63,7 @@ from regret_jax.limit import (
 )
 from regret_jax.param_match import head_blocks, invariants, logit_terms, ray_distance, ray_fit, swap_head_match, term_ratios
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
-from regret_jax.regret_loss import sample_losses, squared_regret_loss, swap_regrets
+from regret_jax.regret_loss import flat_normal, sample_losses, squared_regret_loss, swap_regrets
 from regret_jax.stein import ray_curvature, stein_sample, stein_terms
 from regret_jax.stationarity import (
     swap_block_gradients,
@@ -144,6 +144,7 @@ __all__ = [
     "fit_eta",
     "fixed_point",
     "fixed_point_with_residual",
+    "flat_normal",
     "ftrl_params",
     "ftrl_policies",
     "full_to_reduced",

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
+from regret_jax.regret_loss import flat_normal
 from regret_jax.stationarity import find_root, mu_d, ray_sample, scan_etas, scan_keys
 
 ARGMIN_STEP = 0.2  # trapezoid step of argmin_probs in v = y_a + w
@@ -118,7 +119,7 @@ def limit_sample(d: int, kappas, num_nodes: int = LIMIT_NODES) -> Callable[[jax.
     sqrt_s, sqrt_odds, weights = (jnp.asarray(x, jnp.float32) for x in limit_nodes(num_nodes))
 
     def one_sample(key_data):
-        z = jax.random.normal(jax.random.wrap_key_data(key_data), (num_nodes, d))
+        z = flat_normal(jax.random.wrap_key_data(key_data), (num_nodes, d))
         h, dh, mass = jax.vmap(limit_integrand, in_axes=(0, None, 0, 0))(z, kappas, sqrt_s, sqrt_odds)
         return weights @ h, weights @ dh, jnp.max(jnp.abs(mass))
 

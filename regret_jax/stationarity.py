@@ -34,7 +34,7 @@ from scipy.special import ndtr
 
 from regret_jax.attention import MultiHeadSimplexAttention, bm_params, causal_logits, ftrl_params
 from regret_jax.regret import external_regret
-from regret_jax.regret_loss import swap_regrets
+from regret_jax.regret_loss import flat_normal, swap_regrets
 
 
 def _max_gaussian_moment(d: int, power: int) -> float:
@@ -215,7 +215,7 @@ def ray_sample(d: int, T: int, etas) -> Callable[[jax.Array], tuple[jax.Array, j
     etas = jnp.asarray(etas, jnp.float32)
 
     def one_sequence(key_data):
-        return ray_regret(jax.random.normal(jax.random.wrap_key_data(key_data), (T, d)), etas)
+        return ray_regret(flat_normal(jax.random.wrap_key_data(key_data), (T, d)), etas)
 
     return one_sequence
 

@@ -30,6 +30,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from regret_jax.regret_loss import flat_normal
 from regret_jax.stationarity import ray_regret
 
 
@@ -79,7 +80,7 @@ def stein_sample(d: int, T: int, etas) -> Callable[[jax.Array], dict[str, jax.Ar
 
     def one_sequence(key_data):
         # drawn flat: the same numbers as shape (T, d), and XLA compiles the flat draw much faster
-        losses = jax.random.normal(jax.random.wrap_key_data(key_data), (T * d,)).reshape(T, d)
+        losses = flat_normal(jax.random.wrap_key_data(key_data), (T, d))
         R, dR, d2R = ray_curvature(losses, etas)
         t1, t2 = stein_terms(losses, etas)
         return {"R": R, "dR": dR, "d2R": d2R, "t1": t1, "t2": t2}

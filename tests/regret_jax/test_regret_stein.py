@@ -9,8 +9,7 @@ from regret_jax.stein import ray_curvature, stein_sample, stein_terms
 
 
 def _gaussian(seed, shape):
-    """N(0, 1) of ``shape``, drawn flat (XLA compiles a flat draw much faster than a multi-axis one)."""
-    return jax.random.normal(jax.random.key(seed), (int(np.prod(shape)),)).reshape(shape)
+    return rj.flat_normal(jax.random.key(seed), shape)
 
 
 def _stein_loop(losses, eta):

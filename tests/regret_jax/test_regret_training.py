@@ -174,3 +174,14 @@ def test_zero_losses_past_T_leave_the_regret_unchanged():
     padded = jnp.concatenate([losses, jnp.zeros((T_MAX - HORIZON, 3))])
     pol = lambda x: jax.nn.softmax(rj.causal_logits(head, x))  # noqa: E731
     assert float(rj.external_regret(pol(padded), padded)) == pytest.approx(float(rj.external_regret(pol(losses), losses)), rel=1e-6)
+
+
+@pytest.mark.parametrize("shape, dtype", [((25, 10), jnp.float32), ((3, 4, 5), jnp.float32), ((7,), jnp.float64), ((), float)])
+def test_flat_normal_draws_the_numbers_of_jax_random_normal(shape, dtype, x64):
+    """flat_normal is only a faster-compiling way to draw jax.random.normal(key, shape): bitwise the same numbers,
+    also for vmapped keys (the way every study draws its sequences)."""
+    keys = jax.random.split(jax.random.key(5), 3)
+    flat = jax.vmap(lambda k: rj.flat_normal(k, shape, dtype))(keys)
+    direct = jax.vmap(lambda k: jax.random.normal(k, shape, dtype))(keys)
+    assert flat.shape == (3, *shape) and flat.dtype == direct.dtype
+    np.testing.assert_array_equal(np.asarray(flat), np.asarray(direct))

@@ -92,7 +92,7 @@ def biased_sequences(key: jax.Array, num: int, T: int, d: int, bias_scale: float
     Returns (losses [num, T, d], mu [num, d]).
     """
     mean_key, loss_key = jax.random.split(key)
-    mu = bias_scale * jax.random.normal(mean_key, (num, d))
+    mu = bias_scale * rj.flat_normal(mean_key, (num, d))
     return rj.sample_losses(loss_key, num, T, d, mean=mu), mu
 
 
@@ -127,7 +127,7 @@ def compute(config: DeepConfig, ctx: RunContext) -> dict:
     root = rj.scan(d, T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=d, T=T))
     eta = float(root["eta_star"])
     biased, mu = biased_sequences(jax.random.key(123), config.heldout_sequences, T, d, config.bias_scale)
-    gauss = jax.random.normal(jax.random.key(321), (config.heldout_sequences, T, d))
+    gauss = rj.flat_normal(jax.random.key(321), (config.heldout_sequences, T, d))
     baselines = jax.jit(baseline_regret_curves)
     regret = {k: np.asarray(v) for k, v in baselines(biased, eta).items()}
     final_sq = {k: np.asarray(v)[:, -1] ** 2 for k, v in baselines(gauss, eta).items()}

@@ -110,7 +110,7 @@ def compute(config: MatchConfig, ctx: RunContext) -> dict:
     res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, stream=config.stream,
                                  loss_of=lambda out: out.loss_curve)
     model = rj.build_model(tc)
-    heldout = jax.random.normal(jax.random.key(123), (config.heldout_sequences, tc.T, tc.d))
+    heldout = rj.flat_normal(jax.random.key(123), (config.heldout_sequences, tc.T, tc.d))
     etas = jnp.geomspace(0.05, 8.0, 60) / np.sqrt(tc.T)
     root = rj.scan(tc.d, tc.T, config.scan_sequences, seeds.map_fn(ctx, "scan", d=tc.d, T=tc.T))
     fit = jax.jit(lambda v, h: fit_seed(model, v, h, etas, float(root["eta_star"])))  # held-out data as an argument

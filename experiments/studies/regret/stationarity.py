@@ -127,18 +127,13 @@ def scan_cell(config: ScanConfig, d: int, T: int, ctx: RunContext) -> dict[str, 
                    kappas=config.kappas, seed=config.seed, chunk_size=config.chunk_size)
 
 
-def _normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """``jax.random.normal(key, shape)``, the same numbers drawn flat: XLA compiles a multi-axis draw several times slower."""
-    return jax.random.normal(key, (int(np.prod(shape)),)).reshape(shape)
-
-
 def structure_checks(config: ScanConfig, eta_star: float, eta_star_se: float) -> dict[str, float]:
     """docs/regret.md §5.3 block gradients at eta* (and at eta*/2, where they must not vanish), the same for the
     d-head swap model (§10.4, :func:`swap_structure`; ``eta_star_se`` is the standard error of eta*), and Phi' = d F' (§10.5)."""
     d, T = config.structure_cell
     N = config.structure_sequences
     key = jax.random.fold_in(jax.random.key(config.seed), 7)
-    losses = _normal(key, (N, T, d))
+    losses = rj.flat_normal(key, (N, T, d))
     P = np.eye(d) - 1.0 / d
     out = {}
     grad_fn = jax.jit(jax.vmap(rj.block_gradients, in_axes=(0, None)))
@@ -152,7 +147,7 @@ def structure_checks(config: ScanConfig, eta_star: float, eta_star_se: float) ->
         resid = g["V"] - alpha[:, None, None] * P
         out[f"z_max_V_offray_{tag}"] = float(np.max(np.abs(np.mean(resid, 0) / (np.std(resid, 0, ddof=1) / np.sqrt(N) + 1e-30))))
         out[f"colsum_V_rel_{tag}"] = float(np.max(np.abs(g["V"].sum(axis=1))) / np.max(np.abs(g["V"])))
-    blocks = _normal(jax.random.fold_in(key, 1), (N, T, d, d))
+    blocks = rj.flat_normal(jax.random.fold_in(key, 1), (N, T, d, d))
     out.update(swap_structure(blocks, eta_star, eta_star_se))
     etas = jnp.asarray(config.kappas / np.sqrt(T), jnp.float32)
     S, dS = jax.jit(jax.vmap(rj.swap_ray_regret, in_axes=(0, None)))(blocks, etas)
