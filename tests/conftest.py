@@ -1,9 +1,29 @@
-"""Test-wide set-up: four fake CPU devices, so every sweep in the suite is sharded.
+"""Test-wide set-up: four fake CPU devices, so every sweep in the suite is sharded, and one JAX
+compilation cache per test session.
 
 XLA_FLAGS must be set before JAX initialises its backends, hence at import time here.
 A test that needs one device runs a subprocess with its own environment.
+
+The cache: many tests compile the same programs (a study's tiny model in its unit tests and in
+its end-to-end runs, a study in two processes), and compiling is most of their time. The
+session's master process creates the folder before the xdist workers start; the workers and the
+subprocesses that tests launch inherit it through the environment. A cache hit returns the
+executable XLA would compile for the same program, so nothing a test checks depends on it; a
+fresh clone (CI) starts with an empty cache. The folder is removed when the session ends.
 """
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jax-test-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+
+def pytest_sessionfinish(session):
+    if _OWN_CACHE and not hasattr(session.config, "workerinput"):  # the master process, after the workers
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

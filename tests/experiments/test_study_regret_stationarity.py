@@ -113,7 +113,7 @@ def test_scan_config_validates():
 
 
 def test_swap_structure_on_tiny_blocks():
-    blocks = study._normal(jax.random.key(3), (400, 8, 3, 3))
+    blocks = rj.flat_normal(jax.random.key(3), (400, 8, 3, 3))
     out = study.swap_structure(blocks, 0.7, 0.02)
     keys = {f"swap_{k}_{tag}" for k in (*study.SWAP_STAR, "z_alpha", "z_min_alpha_head", "colsum_V_rel") for tag in ("star", "half")}
     assert set(out) == keys | {"swap_alpha_root_se"} and all(np.isfinite(list(out.values())))
