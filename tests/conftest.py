@@ -1,5 +1,5 @@
-"""Test-wide set-up: four fake CPU devices, so every sweep in the suite is sharded, and one JAX
-compilation cache per test session.
+"""Test-wide set-up: four fake CPU devices, so every sweep in the suite is sharded, fast compilation,
+and one JAX compilation cache per test session.
 
 XLA_FLAGS must be set before JAX initialises its backends, hence at import time here.
 A test that needs one device runs a subprocess with its own environment.
@@ -15,7 +15,11 @@ import os
 import shutil
 import tempfile
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+# Tests check what programs compute, not how fast: XLA's CPU backend at optimisation level 0 compiles a
+# program in about half the time (most of a tiny end-to-end test) and computes the same functions.
+# Speed is measured by `python -m experiments bench`, at the default level.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+                                   "--xla_llvm_disable_expensive_passes=true")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
