@@ -15,6 +15,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from experiments import checkpoint, sweep
+from xla_env import xla_flags
 
 WORKER = pathlib.Path(harness_worker.__file__)
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def _env(devices):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(devices)
     env["JAX_PLATFORMS"] = "cpu"
     return env
 

@@ -16,6 +16,7 @@ import time
 import harness_worker
 import numpy as np
 import pytest
+from xla_env import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKER = pathlib.Path(harness_worker.__file__)
@@ -23,7 +24,7 @@ WORKER = pathlib.Path(harness_worker.__file__)
 
 def _env(devices: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+    return {**env, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu"}
 
 
 def _free_port() -> int:

@@ -16,6 +16,7 @@ import pytest
 
 from experiments import cli
 from experiments.studies.pmd import reversal as rev
+from xla_env import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SHORT = ["--set", "eta_steps=60"]  # eta = 0, 0.05, ..., 3: the published points, a tenth of the grid
@@ -200,7 +201,7 @@ def test_kill_and_resume_is_byte_identical(clean_run, tmp_path):
 
 def test_one_device_equals_four(clean_run, tmp_path):
     """The sweep is sharded over 4 fake devices in the suite; one device gives identical cells."""
-    proc = _run_cli(tmp_path, env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+    proc = _run_cli(tmp_path, env_extra={"XLA_FLAGS": xla_flags(1)})
     log = proc.stdout.read().decode()
     assert proc.wait() == 0, log
     result = json.loads((tmp_path / "pmd.reversal" / "result.json").read_text())
