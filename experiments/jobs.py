@@ -64,15 +64,17 @@ def run_command(flags: Sequence[str], out: pathlib.Path) -> Callable[[registry.S
 
 def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.Study], list[str]], out: pathlib.Path,
                 jobs: int, on_finish: Callable[[Finished], None]) -> list[Finished]:
-    """Run ``command(study)`` for every study of ``chosen`` (in :func:`experiments.registry.run_order`
-    order) with at most ``jobs`` processes at once, each study after its ``after``.
+    """Run ``command(study)`` for every study of ``chosen`` with at most ``jobs`` processes at once,
+    each study after its ``after``; among the studies ready to start, the one with the largest
+    ``quick_s`` first (longest processing time first: the long studies overlap the short ones
+    instead of running last), ties in :func:`experiments.registry.run_order` order.
 
     ``on_finish`` is called as each study ends. Returns the finished studies in the order of ``chosen``.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     names = {s.name for s in chosen}
-    pending = list(chosen)
+    pending = sorted(chosen, key=lambda s: -s.quick_s)  # stable: ties keep the given order
     running: list[_Running] = []
     done: dict[str, Finished] = {}
     while pending or running:

@@ -97,6 +97,9 @@ class Study:
     a sweep over one of them as a single vmapped program (other fields are swept as one
     program per value). ``after``: studies whose kept models this one loads when they
     match its config (``RunContext.kept_model``); ``run all`` runs them first.
+    ``quick_s``: about how many seconds ``run STUDY --quick`` takes on 2 cores beside one
+    other study (measured; a scheduling hint only): ``run all --jobs N`` starts the
+    longest ready study first, so the long ones do not end the run.
     """
 
     name: str
@@ -114,10 +117,13 @@ class Study:
     module: str = ""
     bench: Callable[[pathlib.Path], dict[str, Any]] | None = None
     after: tuple[str, ...] = ()
+    quick_s: float = 0.0
 
     def __post_init__(self):
         if self.name.count(".") != 1:
             raise ValueError(f"study name must be '<package>.<study>', got {self.name!r}")
+        if not self.quick_s >= 0:
+            raise ValueError(f"study {self.name!r}: quick_s must be >= 0, got {self.quick_s!r}")
         if self.name in self.after:
             raise ValueError(f"study {self.name!r} cannot run after itself")
         for preset in (self.quick, self.full):

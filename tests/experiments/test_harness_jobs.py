@@ -25,9 +25,9 @@ checks = [{"name": "c", "passed": True, "value": 1.0, "target": "> 0"}]
 """
 
 
-def _study(name, after=()):
+def _study(name, after=(), quick_s=0.0):
     return registry.Study(name=name, summary="s", config_type=dict, quick={}, full={}, compute=None,
-                          summarize=None, after=after)
+                          summarize=None, after=after, quick_s=quick_s)
 
 
 def _times(out):
@@ -58,6 +58,18 @@ def test_one_job_runs_one_at_a_time(tmp_path):
     _run(tmp_path, [_study("t.a"), _study("t.b")], 1)
     t = _times(tmp_path)
     assert t[("start", "t.b")] >= t[("end", "t.a")]
+
+
+def test_the_longest_ready_study_starts_first(tmp_path):
+    """Longest-first among the ready studies; a long study still waits for its ``after``; ties keep the order."""
+    studies = [_study("t.a", quick_s=1), _study("t.b", quick_s=5), _study("t.c", after=("t.a",), quick_s=9),
+               _study("t.d"), _study("t.e")]
+    done, _ = _run(tmp_path, studies, 1)
+    t = _times(tmp_path)
+    assert sorted(("t.a", "t.b", "t.c", "t.d", "t.e"), key=lambda n: t[("start", n)]) == ["t.b", "t.a", "t.c", "t.d", "t.e"]
+    assert [d.study for d in done] == ["t.a", "t.b", "t.c", "t.d", "t.e"]  # reported in the given order
+    with pytest.raises(ValueError, match="quick_s must be >= 0"):
+        _study("t.f", quick_s=-1)
 
 
 def test_a_study_without_fresh_result_is_reported_with_its_log(tmp_path):

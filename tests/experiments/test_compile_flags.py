@@ -1,0 +1,55 @@
+"""``experiments.compile_flags``: quick runs compile with LLVM's cheap pipeline, and it computes the same bits."""
+import os
+import subprocess
+import sys
+
+from experiments import compile_flags
+
+FLAG = "--xla_llvm_disable_expensive_passes"
+
+# A Vanilla-TF training cell at a tiny size (rollouts, parallel pass, backward, AdamW, evaluation): its outputs' digest.
+_PROGRAM = """
+import hashlib, jax, numpy as np
+from uat_jax import cells
+from uat_jax.train import Task
+from experiments import seeds
+size = cells.Size(d_model=8, n_heads=2, d_ff=16, n_layers=1, horizon=6, batch_size=4, epochs=2, eval_episodes=4)
+cell = cells.make_cell(size.train_config("vt"))
+inputs = cells.cell_inputs([Task.make("abrupt")], seeds.seed_keys(2))
+out = jax.jit(jax.vmap(cell))(inputs)
+print(hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in jax.tree.leaves(out))).hexdigest())
+"""
+
+
+def test_only_quick_runs_get_the_flag():
+    assert compile_flags.wants_fast_compile(["run", "all", "--quick", "--jobs", "2"])
+    assert compile_flags.wants_fast_compile(["run", "uat.darkroom", "--quick"])
+    for argv in (["run", "uat.darkroom"], ["bench", "uat.darkroom"], ["show", "x", "--quick"], [], ["--quick"]):
+        assert not compile_flags.wants_fast_compile(argv), argv
+
+
+def test_flag_is_appended_unless_the_user_set_it():
+    assert compile_flags.with_fast_compile("") == f"{FLAG}=true"
+    assert compile_flags.with_fast_compile("--xla_force_host_platform_device_count=2") == \
+        f"--xla_force_host_platform_device_count=2 {FLAG}=true"
+    for own in (f"{FLAG}=false", f"--a=1 {FLAG}=true"):
+        assert compile_flags.with_fast_compile(own) == own
+    env = {"XLA_FLAGS": "--a=1"}
+    compile_flags.configure(["run", "all", "--quick"], env)
+    assert env == {"XLA_FLAGS": f"--a=1 {FLAG}=true"}
+    env = {}
+    compile_flags.configure(["run", "all"], env)
+    assert env == {}
+
+
+def _digest(xla_flags: str) -> str:
+    env = {**os.environ, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real, both ways
+    done = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_cheap_llvm_pipeline_computes_the_same_bits():
+    """XLA's default pipeline against the quick runs' one, on a whole training cell."""
+    assert _digest("") == _digest(f"{FLAG}=true")
