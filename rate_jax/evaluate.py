@@ -65,17 +65,20 @@ def _noise_like(key: jax.Array, memory: jax.Array) -> jax.Array:
     return mean + std * jax.random.normal(key, memory.shape)
 
 
-def make_evaluate(config: ModelConfig, max_steps: int, memory_noise: bool = False
-                  ) -> Callable[[dict, jax.Array, jax.Array], EvalResult]:
-    """``evaluate(params, key, corridor_lengths [E]) -> EvalResult``; runs ``max_steps`` steps.
+def make_evaluate(config: ModelConfig, max_steps: int) -> Callable[..., EvalResult]:
+    """``evaluate(params, key, corridor_lengths [E], memory_noise=False) -> EvalResult``; runs
+    ``max_steps`` steps.
 
     ``max_steps`` (static) must be at least max(corridor_lengths) + 2, the longest episode.
+    ``memory_noise`` (a bool, traceable: the clean run and the ablation are one program)
+    replaces every memory passed between segments by noise; the noise is drawn either way,
+    so the clean run's numbers do not depend on it.
     """
     model = RATE(config)
     k_seg = config.segment_len
     num_segments = -(-max_steps // k_seg)
 
-    def evaluate(params, key, corridor_lengths):
+    def evaluate(params, key, corridor_lengths, memory_noise=False):
         corridor_lengths = jnp.asarray(corridor_lengths, jnp.int32)
         chex.assert_rank(corridor_lengths, 1)
         e = corridor_lengths.shape[0]
@@ -114,8 +117,8 @@ def make_evaluate(config: ModelConfig, max_steps: int, memory_noise: bool = Fals
 
             (ro, buf, kv), _ = jax.lax.scan(body, first, (jnp.arange(1, k_seg), jax.random.split(k_steps, k_seg - 1)))
             carry = model.apply(params, buf, ro.carry, kv, method=RATE.decode_finish)
-            if memory_noise and config.num_mem_tokens > 0:
-                carry = carry.replace(memory=_noise_like(k_noise, carry.memory))
+            if config.num_mem_tokens > 0:
+                carry = carry.replace(memory=jnp.where(memory_noise, _noise_like(k_noise, carry.memory), carry.memory))
             return ro.replace(carry=carry), buf.actions
 
         end, actions = jax.lax.scan(segment, initial, jax.random.split(k_run, num_segments))

@@ -101,7 +101,7 @@ def test_variants_of_one_configuration_are_trained_once(monkeypatch):
     trained = []
     monkeypatch.setattr(tmaze, "train_variant", lambda cfg, name, ctx: trained.append(name) or (
         types.SimpleNamespace(params=name), {"loss": np.zeros((1, 2))}, np.zeros(1)))
-    monkeypatch.setattr(tmaze, "evaluate_variant", lambda cfg, name, params, memory_noise=False: np.zeros((1, 6)))
+    monkeypatch.setattr(tmaze, "evaluate_variant", lambda cfg, name, params, ctx, noise=(False,): [np.zeros((1, 6))] * len(noise))
     out = tmaze.compute(config, ctx=None)
     assert trained == ["RATE", "RMT", "TrXL", "DT"]
     assert out["success"]["RATE-noMRV"] is out["success"]["RMT"] and set(out["curves"]) == set(config.variants)

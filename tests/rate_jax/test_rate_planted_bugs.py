@@ -1,4 +1,4 @@
-"""RATE memory-noise ablation at inference (``make_evaluate(..., memory_noise=True)``) is not a no-op:
+"""RATE memory-noise ablation at inference (``make_evaluate(...)(..., memory_noise=True)``) is not a no-op:
 the memories passed between segments are replaced (M_0 kept) and the logits change."""
 import functools
 
@@ -40,7 +40,7 @@ def _spied_run(monkeypatch, memory_noise: bool):
     with monkeypatch.context() as mp:
         mp.setattr(RATE, "decode", spy_decode)
         mp.setattr(RATE, "decode_finish", spy_finish)
-        result = make_evaluate(CFG, MAX_STEPS, memory_noise=memory_noise)(_params(), jax.random.key(11), LENGTHS)
+        result = make_evaluate(CFG, MAX_STEPS)(_params(), jax.random.key(11), LENGTHS, memory_noise)
         jax.block_until_ready(result)
         jax.effects_barrier()
     k = CFG.segment_len

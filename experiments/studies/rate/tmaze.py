@@ -51,6 +51,7 @@ Checks, and how each could fail:
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
@@ -198,16 +199,25 @@ def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
     return training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream, config.chunks)
 
 
-def evaluate_variant(config: TMazeStudyConfig, name: str, params, memory_noise: bool = False) -> np.ndarray:
-    """Success [S, num lengths]: every seed on ``episodes`` episodes of every corridor length."""
+def evaluate_variant(config: TMazeStudyConfig, name: str, params, ctx: RunContext,
+                     noise: tuple[bool, ...] = (False,)) -> list[np.ndarray]:
+    """Success [S, num lengths] for each ``noise`` flag (``rate_jax.make_evaluate``'s
+    ``memory_noise``): every seed on ``episodes`` episodes of every corridor length, all
+    flags by one compiled program (its compile time recorded on ``ctx``)."""
     model = config.train_config(name).model
     lengths = jnp.repeat(jnp.asarray(config.eval_corridors, jnp.int32), config.episodes)
-    evaluate = rate_jax.make_evaluate(model, max(config.eval_corridors) + 2, memory_noise)
+    evaluate = rate_jax.make_evaluate(model, max(config.eval_corridors) + 2)
     keys = jax.vmap(lambda k: jax.random.fold_in(k, EVAL_TAG))(jnp.asarray(seeds.seed_keys(config.seeds,
                                                                                             config.stream)))
-    result = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)))(params, keys, lengths)
-    s = result.success.shape[0]
-    return np.asarray(result.success).reshape(s, len(config.eval_corridors), config.episodes).mean(-1)
+    t0 = time.perf_counter()
+    program = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None, None))).lower(
+        params, keys, lengths, jnp.asarray(False)).compile()
+    ctx.record_compile(time.perf_counter() - t0)
+    out = []
+    for flag in noise:
+        success = np.asarray(program(params, keys, lengths, jnp.asarray(flag)).success)
+        out.append(success.reshape(success.shape[0], len(config.eval_corridors), config.episodes).mean(-1))
+    return out
 
 
 def compute(config: TMazeStudyConfig, ctx: RunContext) -> dict:
@@ -223,9 +233,10 @@ def compute(config: TMazeStudyConfig, ctx: RunContext) -> dict:
             continue
         done[tcfg] = name
         state, curves[name], turn[name] = train_variant(config, name, ctx)
-        success[name] = evaluate_variant(config, name, state.params)
         if name == "RATE":
-            success[NOISE] = evaluate_variant(config, name, state.params, memory_noise=True)
+            success[name], success[NOISE] = evaluate_variant(config, name, state.params, ctx, noise=(False, True))
+        else:
+            (success[name],) = evaluate_variant(config, name, state.params, ctx)
     return {"corridor_lengths": np.asarray(config.eval_corridors), "success": success,
             "val_turn_accuracy": turn, "curves": curves}
 
