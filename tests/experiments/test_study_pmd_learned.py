@@ -11,6 +11,7 @@ import pytest
 from experiments import models
 from experiments.cli import main
 from experiments.studies.pmd import learned_actor as la
+from experiments.studies.pmd import learned_critic as lc
 from experiments.studies.pmd import repeated_control as rc
 from experiments.studies.pmd import training
 from pmd_jax import numpy_reference as ref
@@ -90,6 +91,8 @@ def test_repeated_control_files_and_ratios(tmp_path):
     for name, role in (("actor", "actor"), ("critic", "critic")):
         assert models.load_meta(study_dir / "models" / name)["architecture"]["role"] == role
     assert (study_dir / "repeated_control.png").is_file()
+    origin = {r["role"]: r["origin"] for r in _rows(study_dir / "models.csv")}
+    assert origin["actor"] == "trained here" and origin["critic"].startswith("trained here (pmd.learned_critic keeps no")
 
 
 def test_learned_critic_runs_and_keeps_its_critic(tmp_path):
@@ -101,6 +104,24 @@ def test_learned_critic_runs_and_keeps_its_critic(tmp_path):
     assert 0 < m["td_error_mean"] <= m["td_error_max"] and 0 < m["td_error_sample_mean_backup"]
     assert [r["family"] for r in _rows(study_dir / "table.csv")] == ["iid", "bimodal_rewards"]
     assert models.load_meta(study_dir / "models" / "critic")["info"]["runs"] == 1
+    # pmd.repeated_control in the same folder loads this critic instead of training its own
+    rc_dir, _ = _run(tmp_path, "pmd.repeated_control", *_sets("actor.", TINY_MODEL), *_sets("critic.", TINY_MODEL),
+                     "--set", "runs=1", "--set", "chunks=2", "--set", "rounds=2", "--set", "n_mdps=2",
+                     "--set", "n_val_mdps=2", "--set", 'families=["iid"]', "--set", "n_bootstrap=10")
+    origin = {r["role"]: r["origin"] for r in _rows(rc_dir / "models.csv")}
+    assert origin["critic"] == f"loaded from {study_dir / 'models' / 'critic'}"
+    tcfg = rc.QUICK.critic
+    tcfg = TrainConfig(**{**tcfg.__dict__, "model": ModelConfig(**{**tcfg.model.__dict__, "d_model": 8, "num_layers": 1,
+                                                                   "num_heads": 2})})
+    ours, _ = training.load_kept(study_dir, "critic", tcfg, "critic")
+    kept, _ = training.load_kept(rc_dir, "critic", tcfg, "critic")
+    jax.tree.map(np.testing.assert_array_equal, ours, kept)
+
+
+def test_repeated_control_uses_learned_critics_preset_critic():
+    """Both presets train the critic pmd.learned_critic keeps, so run all loads it instead of training it twice."""
+    assert rc.QUICK.critic == lc.QUICK.train and rc.FULL.critic == lc.FULL.train
+    assert "pmd.learned_critic" in rc.STUDY.after
 
 
 def test_hierarchical_bootstrap_against_a_loop():

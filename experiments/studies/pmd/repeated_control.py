@@ -7,8 +7,11 @@ Closed-Loop Control" (arXiv 2609.30500), sections 9 and 11, Figure 7 and the
 51,200 steps each, seeds 12100-12104; 64 held-out MDPs; 20 rounds; exact one-step critic).
 
 ``runs`` label-free actors (:class:`pmd_jax.learned.LearnedActor`, KL-proximal objective,
-``iid`` training pool) train as one vmapped program; one learned critic
-(:class:`pmd_jax.learned.LearnedCritic`) trains beside them. Both are kept
+``iid`` training pool) train as one vmapped program. The learned critic
+(:class:`pmd_jax.learned.LearnedCritic`) is run 0 of ``pmd.learned_critic``'s critics, loaded
+from that study's kept model when its training config and stream match (``run all`` runs
+it first; the two presets' critic configs are equal), otherwise trained here the same way
+(``training.reuse_or_train``; ``models.csv`` names the origin). Both are kept
 (``models/actor``, ``models/critic``). Each actor's fitted step ``eta_hat`` is measured
 at the supplied ``eta = 0.8`` on ``n_val_mdps`` inputs of the ``val`` key stream
 (``training.fitted_step_median``), so the reference never sees the test MDPs.
@@ -173,11 +176,10 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) ->
 
 
 def compute(cfg: RepeatedControlConfig, ctx: RunContext) -> dict:
-    keys = seed_keys(cfg.runs + 1, cfg.stream)  # runs actors, and the last key for the critic
-    actor_params, actor_curves = training.train_runs(ctx, "actor", cfg.actor, "actor", keys[: cfg.runs],
+    actor_params, actor_curves = training.train_runs(ctx, "actor", cfg.actor, "actor", seed_keys(cfg.runs, cfg.stream),
                                                      np.zeros(cfg.runs), cfg.chunks)
-    critic_params, critic_curves = training.train_runs(ctx, "critic", cfg.critic, "critic", keys[cfg.runs:],
-                                                       np.zeros(1), cfg.chunks)
+    critic_params, critic_origin = training.reuse_or_train(ctx, "pmd.learned_critic", "critic", cfg.critic, "critic", 1,
+                                                           cfg.stream, cfg.chunks)
     actor = cfg.actor.actor()
     val = training.heldout_inputs(cfg.actor.family, "val", cfg.n_val_mdps, "any", (cfg.eta,), cfg.loop_seed,
                                   cfg.actor.data_seed)
@@ -186,8 +188,8 @@ def compute(cfg: RepeatedControlConfig, ctx: RunContext) -> dict:
         outs(actor_params), val.pi, val.Q))
     critic_one = jax.tree.map(lambda a: a[0], critic_params)
     return {"actor_params": actor_params, "critic_params": critic_params, "eta_hat": eta_hat,
-            "losses": control(cfg, actor_params, eta_hat, critic_one),
-            "curves": {"actor": actor_curves, "critic": critic_curves}}
+            "losses": control(cfg, actor_params, eta_hat, critic_one), "critic_origin": critic_origin,
+            "curves": {"actor": actor_curves}}
 
 
 def hierarchical_bootstrap(diff: np.ndarray, n: int, seed: int, ci: float = 0.95) -> tuple[float, float, float]:
@@ -241,7 +243,8 @@ def summarize(cfg: RepeatedControlConfig, arrays: dict) -> Summary:
         found.append(checks.at_most(f"every run's ratio inside the {BAND} band on {fam} (not trained on)",
                                     float(r.max()), BAND, paper=PAPER.get(f"ratio_median_{fam}"),
                                     claim="the same checkpoints stay within the band on a family they were not trained on"))
-    return Summary(metrics=m, checks=found, tables={"table": table})
+    return Summary(metrics=m, checks=found, tables={"table": table, "models": {
+        "role": ["actor", "critic"], "origin": ["trained here", arrays["critic_origin"]]}})
 
 
 def write(cfg: RepeatedControlConfig, arrays: dict, summary: Summary, out_dir) -> None:
@@ -292,6 +295,6 @@ STUDY = register(Study(
     name="pmd.repeated_control",
     summary="PolicyAttention learned actors in a 20-round closed loop vs exact PMD at their fitted step (Figure 7)",
     config_type=RepeatedControlConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="runs",
+    paper=PAPER, seeds_field="runs", after=("pmd.learned_critic",),
     quick_s=260,
 ))
