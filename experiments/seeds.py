@@ -44,11 +44,11 @@ def seed_keys(num_seeds: int, stream: int = JUDGED) -> np.ndarray:
     return np.asarray(jax.random.key_data(jax.random.split(root, num_seeds)))
 
 
-def mapped(ctx: RunContext, name: str, fn: Callable[[Any], Any], inputs: Any, chunk_size: int, *,
-           guard: sweep.LossGuard | None = None, **fingerprint: Any) -> Any:
-    """``sweep.sweep_map(fn, inputs)`` checkpointed as ``name`` of this run; returns its outputs."""
+def mapped(ctx: RunContext, name: str, fn: Callable[..., Any], inputs: Any, chunk_size: int, *,
+           guard: sweep.LossGuard | None = None, shared: Any = None, **fingerprint: Any) -> Any:
+    """``sweep.sweep_map(fn, inputs, shared=shared)`` checkpointed as ``name`` of this run; returns its outputs."""
     result = sweep.sweep_map(fn, inputs, chunk_size=chunk_size, checkpoint=ctx.checkpoint(name, **fingerprint),
-                             guard=guard, desc=f"{ctx.study} {name}")
+                             guard=guard, desc=f"{ctx.study} {name}", shared=shared)
     ctx.record_compile(result.compile_s)
     return result.outputs
 
@@ -71,14 +71,15 @@ def _guard(ctx: RunContext, name: str, loss_of, describe) -> sweep.LossGuard | N
     return sweep.LossGuard(f"{ctx.study} {name}", lambda out, items, done: np.asarray(loss_of(out)), describe)
 
 
-def train_grid(ctx: RunContext, name: str, train_item: Callable[[Any], Any], items: Any, *,
+def train_grid(ctx: RunContext, name: str, train_item: Callable[..., Any], items: Any, *,
                labels: Sequence[str], num_seeds: int, loss_of: Callable[[Any], Any] | None = None,
-               **fingerprint: Any) -> Any:
+               shared: Any = None, **fingerprint: Any) -> Any:
     """``train_item`` over a task-major grid ``labels x seeds`` (item ``i``: task ``i // S``,
-    seed ``i % S``) as one program, every device busy; ``loss_of(outputs)`` is ``[items, steps]``."""
+    seed ``i % S``) as one program, every device busy; ``loss_of(outputs)`` is ``[items, steps]``.
+    With ``shared``, ``train_item(item, shared)`` (``sweep.sweep_map``)."""
     n = len(labels) * num_seeds
     guard = _guard(ctx, name, loss_of, _describe(labels, num_seeds))
-    return mapped(ctx, name, train_item, items, -(-n // jax.device_count()), guard=guard,
+    return mapped(ctx, name, train_item, items, -(-n // jax.device_count()), guard=guard, shared=shared,
                   labels=list(labels), **fingerprint)
 
 

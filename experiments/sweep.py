@@ -20,6 +20,7 @@ devices, inputs are placed shard by shard and outputs gathered to every process.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 import time
 from typing import Any, Callable
@@ -138,6 +139,14 @@ def _signature(tree: Any) -> dict[str, Any]:
     }
 
 
+def _digest(tree: Any) -> str:
+    """SHA-256 of every leaf's bytes, in tree order (a fingerprint of array contents)."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        h.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+    return h.hexdigest()
+
+
 def _drive(
     step: Callable[[Any, int], Any],
     state: Any,
@@ -201,8 +210,15 @@ def sweep_map(
     checkpoint: CheckpointSpec | None = None,
     guard: LossGuard | None = None,
     desc: str = "",
+    shared: Any = None,
 ) -> SweepResult:
     """``jax.vmap(fn)(inputs)`` a chunk per device at a time, sharded over all devices.
+
+    With ``shared`` (a pytree of arrays every item reads, e.g. an environment's tables),
+    ``fn(item, shared)`` is mapped over the items only: ``shared`` is an argument of the
+    compiled program, replicated on every device, never a per-item copy nor a constant
+    folded into the program; its shapes and a digest of its contents join the checkpoint
+    fingerprint.
 
     ``inputs`` is a pytree whose leaves share a leading axis of size N (>= 1).
     Chunk ``k`` is items ``k*chunk_size .. (k+1)*chunk_size - 1``; the input is
@@ -238,7 +254,11 @@ def sweep_map(
         lambda x: jax.ShapeDtypeStruct((per_step,) + x.shape[1:], x.dtype, sharding=sharding), inputs
     )
     t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(fn)).lower(abstract_in).compile()
+    if shared is None:
+        compiled, extra = jax.jit(jax.vmap(fn)).lower(abstract_in).compile(), ()
+    else:
+        shared = jax.device_put(jax.tree.map(np.asarray, shared), NamedSharding(device_mesh(), PartitionSpec()))
+        compiled, extra = jax.jit(jax.vmap(fn, in_axes=(0, None))).lower(abstract_in, shared).compile(), (shared,)
     compile_s = time.perf_counter() - t0
     buffer = jax.tree.map(lambda s: np.zeros((n,) + s.shape[1:], s.dtype), compiled.out_info)
 
@@ -246,7 +266,7 @@ def sweep_map(
         lo = k * chunk_size
         hi = min(lo + per_step, n)
         idx = np.minimum(lo + np.arange(per_step), n - 1)
-        out = to_host(compiled(shard_leading(jax.tree.map(lambda x: x[idx], inputs))))
+        out = to_host(compiled(shard_leading(jax.tree.map(lambda x: x[idx], inputs)), *extra))
         for b, o in zip(jax.tree.leaves(buf), jax.tree.leaves(out)):
             b[lo:hi] = o[: hi - lo]
         return buf
@@ -256,6 +276,8 @@ def sweep_map(
         guard(jax.tree.map(lambda b: b[items], buf), items, done)
 
     harness = {"kind": "sweep_map", "n": n, "chunk_size": chunk_size, "outputs": _signature(buffer)}
+    if shared is not None:
+        harness["shared"] = {**_signature(shared), "sha256": _digest(shared)}
     buffer, resumed, run_s = _drive(
         step, buffer, num_chunks, stride=n_dev, checkpoint=checkpoint, harness=harness, desc=desc,
         after=None if guard is None else after,

@@ -74,6 +74,30 @@ def test_sweep_map_matches_plain_vmap(reference):
     np.testing.assert_array_equal(res.outputs, 2.0 * np.arange(9.0))
 
 
+def test_sweep_map_shared_arguments_are_read_by_every_item_and_fingerprinted(tmp_path):
+    """``shared`` reaches every item unbatched (sharded sweeps: replicated), and a checkpoint written with other
+    shared contents is not resumed."""
+    from experiments.checkpoint import CheckpointMismatch, CheckpointSpec
+
+    shared = {"table": np.arange(12.0).reshape(3, 4), "bias": np.float32(0.5)}
+    items = {"row": np.arange(6) % 3, "scale": np.arange(6.0)}
+    fn = lambda item, sh: sh["table"][item["row"]] * item["scale"] + sh["bias"]  # noqa: E731
+    want = np.stack([shared["table"][r] * c + 0.5 for r, c in zip(items["row"], items["scale"])])
+    np.testing.assert_allclose(sweep.sweep_map(fn, items, chunk_size=1, shared=shared).outputs, want, rtol=1e-6)
+    # a run stopped after its first step (the guard sees a NaN) keeps its checkpoint ...
+    stop = sweep.LossGuard("toy", lambda out, idx, done: np.full((len(idx), 1), np.nan))
+    spec = lambda resume: CheckpointSpec(tmp_path / "ckpt", {"run": 1}, resume=resume)  # noqa: E731
+    with pytest.raises(sweep.NonFiniteLoss):
+        sweep.sweep_map(fn, items, chunk_size=1, shared=shared, checkpoint=spec(False), guard=stop)
+    # ... which a run with other shared contents refuses, and the same shared contents resume
+    other = {**shared, "table": shared["table"] + 1.0}
+    with pytest.raises(CheckpointMismatch, match="shared"):
+        sweep.sweep_map(fn, items, chunk_size=1, shared=other, checkpoint=spec(True))
+    resumed = sweep.sweep_map(fn, items, chunk_size=1, shared=shared, checkpoint=spec(True))
+    assert resumed.resumed_chunks > 0
+    np.testing.assert_allclose(resumed.outputs, want, rtol=1e-6)
+
+
 def test_sweep_map_rejects_bad_inputs():
     with pytest.raises(ValueError, match="common leading axis"):
         sweep.sweep_map(lambda t: t["a"], {"a": jnp.zeros(3), "b": jnp.zeros(4)}, chunk_size=2)
