@@ -3,7 +3,7 @@ ablations and theory checks, after "Breaking Feedback-Blindness: Utility-Augment
 Transformer for Sequential Decision Making" (UAT, arXiv 2607.18910): Domain A (DarkRoom) and
 the Domain B environment (``sepsis``, on the ICU-Sepsis tables).
 Derivations and readings: ``docs/uat.md``."""
-from uat_jax import cells, darkroom, schedules, sepsis, theory
+from uat_jax import cells, darkroom, schedules, sepsis, theory, tta
 from uat_jax.attention import FeedbackAttention, KVCache
 from uat_jax.config import ABLATIONS, KINDS, SWITCHED, ModelConfig, ablation, member, switch_table
 from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, corrupt, corrupt_episode, shift
@@ -22,5 +22,5 @@ __all__ = [
     "Trajectory", "UtilityEncoder",
     "ablation", "accuracy", "cells", "corrupt", "corrupt_episode", "cross_entropy", "darkroom",
     "efficiency", "goal_at", "init_cache", "init_params", "make_evaluate", "make_optimizer",
-    "make_train", "member", "regime_state", "rollout", "schedules", "sepsis", "sequence_logits", "shift", "switch_table", "theory",
+    "make_train", "member", "regime_state", "rollout", "schedules", "sepsis", "sequence_logits", "shift", "switch_table", "theory", "tta",
 ]

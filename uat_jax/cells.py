@@ -25,9 +25,11 @@ import numpy as np
 
 from uat_jax.config import ModelConfig, ablation
 from uat_jax.schedules import distinct_goals
-from uat_jax.train import Task, TrainConfig, make_train
+from uat_jax.train import CellKeys, Task, TrainConfig, make_train
+from uat_jax.tta import CottaConfig, TentConfig, make_tta_evaluate
 
-__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_cell", "mean_std", "split_cells", "stack_tasks"]
+__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_adapt_cell", "make_cell", "mean_std", "split_cells",
+           "stack_tasks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,17 +90,37 @@ def cell_inputs(tasks: list[Task], keys: np.ndarray) -> dict:
             "task": jax.tree.map(lambda x: np.repeat(np.asarray(x), seeds, axis=0), stacked)}
 
 
-def make_cell(cfg: TrainConfig):
+def make_cell(cfg: TrainConfig, keep_params: bool = False):
     """``cell(item) -> {"accuracy", "efficiency", "distinct_goals": [], "loss", "train_accuracy":
     [epochs]}``: train ``cfg`` from the item's key on its task, then evaluate it (pure,
-    jittable); ``distinct_goals`` counts the cells that were a goal of a training episode."""
+    jittable); ``distinct_goals`` counts the cells that were a goal of a training episode.
+    ``keep_params`` adds the trained ``"params"`` (for :func:`make_adapt_cell`)."""
     train = make_train(cfg)
 
     def cell(item: dict) -> dict:
         res = train(jax.random.wrap_key_data(item["key"]), item["task"])
-        return {"accuracy": res.eval.accuracy, "efficiency": res.eval.efficiency,
-                "distinct_goals": distinct_goals(res.goals, cfg.grid_size),
-                "loss": res.loss, "train_accuracy": res.train_accuracy}
+        out = {"accuracy": res.eval.accuracy, "efficiency": res.eval.efficiency,
+               "distinct_goals": distinct_goals(res.goals, cfg.grid_size),
+               "loss": res.loss, "train_accuracy": res.train_accuracy}
+        return {**out, "params": res.params} if keep_params else out
+
+    return cell
+
+
+def make_adapt_cell(cfg: TrainConfig, methods: dict[str, TentConfig | CottaConfig]):
+    """``cell(item) -> {"accuracy_<name>", "efficiency_<name>": []}`` for each test-time
+    adaptation method (``uat_jax.tta``): the Vanilla-TF ``item["params"]`` that :func:`make_cell`
+    trained from ``item["key"]`` on ``item["task"]``, evaluated while adapting on the episodes
+    its plain evaluation played (the cell's run and evaluation keys, ``train.CellKeys``)."""
+    evaluators = {name: make_tta_evaluate(cfg, method) for name, method in methods.items()}
+
+    def cell(item: dict) -> dict:
+        keys = CellKeys.of(jax.random.wrap_key_data(item["key"]))
+        out = {}
+        for name, evaluate in evaluators.items():
+            metrics = evaluate(item["params"], keys.eval, item["task"], keys.run)
+            out[f"accuracy_{name}"], out[f"efficiency_{name}"] = metrics.accuracy, metrics.efficiency
+        return out
 
     return cell
 

@@ -142,12 +142,11 @@ def episode_goals(cfg: TrainConfig, task: Task, run_key: jax.Array, episodes: ja
     return jax.vmap(lambda e: goal_at(task.schedule, run_key, e, cfg.grid_size))(episodes)
 
 
-def _batch_rollout(cfg: TrainConfig, model, params, key, channel: FeedbackChannel, goals,
-                   greedy: bool) -> Trajectory:
-    """One episode per goal of ``goals`` [B, 2], each from its own split of ``key``."""
+def batch_rollout(cfg: TrainConfig, model, params, keys: jax.Array, channel: FeedbackChannel, goals: jax.Array,
+                  greedy: bool) -> Trajectory:
+    """One episode per goal of ``goals`` [B, 2], episode ``b`` played from ``keys[b]``."""
     env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=cfg.grid_size,
                              horizon=cfg.model.horizon)
-    keys = jax.random.split(key, goals.shape[0])
     return jax.vmap(lambda g, k: rollout(model, params, k, env.replace(goal=g), channel, greedy))(goals, keys)
 
 
@@ -171,10 +170,26 @@ def make_evaluate(cfg: TrainConfig):
     def evaluate(params, key, task: Task, run_key) -> EvalMetrics:
         model = task_model(cfg.model, task)
         goals = episode_goals(cfg, task, run_key, eval_episodes(cfg))
-        traj = _batch_rollout(cfg, model, params, key, task.channel, goals, greedy=True)
+        traj = batch_rollout(cfg, model, params, jax.random.split(key, goals.shape[0]), task.channel, goals,
+                             greedy=True)
         return EvalMetrics(accuracy=accuracy(traj), efficiency=efficiency(traj))
 
     return evaluate
+
+
+@struct.dataclass
+class CellKeys:
+    """The keys a training cell derives from its key: initialisation, its run of the goal
+    schedule, the training epochs and the evaluation after training."""
+
+    init: jax.Array
+    run: jax.Array
+    epochs: jax.Array
+    eval: jax.Array
+
+    @classmethod
+    def of(cls, key: jax.Array) -> CellKeys:
+        return cls(*jax.random.split(key, 4))
 
 
 def make_train(cfg: TrainConfig):
@@ -191,14 +206,15 @@ def make_train(cfg: TrainConfig):
                 traj.obs, traj.actions, traj.fed_rewards, keys)
             return cross_entropy(logits, traj.expert), jnp.mean(logits.argmax(-1) == traj.expert)
 
-        k_init, run_key, k_epochs, k_eval = jax.random.split(key, 4)
-        params = init_params(model, k_init)
+        keys = CellKeys.of(key)
+        k_epochs, run_key = keys.epochs, keys.run
+        params = init_params(model, keys.init)
 
         def epoch(state: TrainState, i):
             k_roll, k_drop = jax.random.split(jax.random.fold_in(k_epochs, i))
             goals = episode_goals(cfg, task, run_key, train_episodes(cfg, i))
-            traj = _batch_rollout(cfg, model, jax.lax.stop_gradient(state.params), k_roll,
-                                  task.channel, goals, greedy=False)
+            traj = batch_rollout(cfg, model, jax.lax.stop_gradient(state.params),
+                                 jax.random.split(k_roll, cfg.batch_size), task.channel, goals, greedy=False)
             (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, traj, k_drop)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             return TrainState(optax.apply_updates(state.params, updates), opt_state), (loss, acc, goals)
@@ -206,6 +222,6 @@ def make_train(cfg: TrainConfig):
         state = TrainState(params, optimizer.init(params))
         state, (loss, acc, goals) = jax.lax.scan(epoch, state, jnp.arange(cfg.epochs))
         return TrainResult(params=state.params, loss=loss, train_accuracy=acc, goals=goals,
-                           eval=evaluate(state.params, k_eval, task, run_key))
+                           eval=evaluate(state.params, keys.eval, task, run_key))
 
     return train

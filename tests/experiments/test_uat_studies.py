@@ -54,6 +54,9 @@ def test_presets_keep_the_quick_and_full_sizes():
     (darkroom, "models", ["uat", "vt"], "models must"),
     (darkroom, "models", ["uat", "vt", "adt", "bogus"], "models must"),
     (darkroom, "schedules", ["weekly"], "schedules must"),
+    (darkroom, "adapt", ["tent", "tent"], "adapt must"),
+    (darkroom, "adapt", ["sar"], "adapt must"),
+    (darkroom, "adapt_batch", 3, "adapt_batch must be a divisor of size.eval_episodes=64"),
     (darkroom, "seeds", 0, "seeds must"),
     (darkroom, "stream", 2, "stream must"),
     (ablation, "stream", -1, "stream must"),
@@ -86,26 +89,31 @@ def test_cli_rejects_a_bad_override_before_computing(tmp_path, capsys):
 
 def _darkroom_arrays(cfg, acc):
     S = len(cfg.schedules)
-    return {"accuracy": {m: np.tile(np.asarray(acc[m], float), (S, 1)) for m in cfg.models},
-            "efficiency": {m: np.full((S, cfg.seeds), 0.5) for m in cfg.models},
+    return {"accuracy": {m: np.tile(np.asarray(acc[m], float), (S, 1)) for m in cfg.rows},
+            "efficiency": {m: np.full((S, cfg.seeds), 0.5) for m in cfg.rows},
             "distinct_goals": np.array([[12, 14], [100, 99], [4, 4]][:S])}
 
 
 def test_darkroom_summary_and_checks():
     cfg = darkroom.QUICK
-    acc = {"uat": [0.85, 0.95], "vt": [0.3, 0.4], "adt": [0.88, 0.90]}
+    acc = {"uat": [0.85, 0.95], "vt": [0.3, 0.4], "adt": [0.88, 0.90], "tent": [0.3, 0.5], "cotta": [0.6, 0.6]}
     s = darkroom.summarize(cfg, _darkroom_arrays(cfg, acc))
     assert s.metrics["acc_uat_gradual"] == pytest.approx(0.9) and s.metrics["acc_uat_gradual_std"] == pytest.approx(0.05)
     assert [s.metrics[f"distinct_goals_train_{x}"] for x in cfg.schedules] == [13.0, 99.5, 4.0]
     c = {k.name: k for k in s.checks}
-    assert list(c) == ["uat_beats_vt_gradual", "uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_on_par_with_adt"]
+    assert list(c) == ["uat_beats_vt_gradual", "uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_beats_tta_gradual",
+                       "uat_beats_tta_abrupt", "uat_beats_tta_cyclic", "uat_on_par_with_adt"]
     assert all(k.passed for k in s.checks)
+    assert c["uat_beats_tta_abrupt"].value == pytest.approx(0.9 - 0.6)  # against the better of TENT and CoTTA
+    assert c["uat_beats_tta_abrupt"].paper == pytest.approx(0.827 - 0.354)
     assert c["uat_beats_vt_gradual"].value == pytest.approx(0.55)
     assert c["uat_beats_vt_gradual"].paper == pytest.approx(0.873 - 0.362)
     assert c["uat_on_par_with_adt"].value == pytest.approx(0.01)
-    assert len(s.tables["table"]["model"]) == 9 and s.tables["table"]["accuracy_paper"][0] == 0.873
-    # VT as good as UAT, and A-DT clearly better: every check fails
-    bad = darkroom.summarize(cfg, _darkroom_arrays(cfg, {"uat": [0.5, 0.5], "vt": [0.45, 0.45], "adt": [0.6, 0.6]}))
+    assert len(s.tables["table"]["model"]) == 15 and s.tables["table"]["accuracy_paper"][0] == 0.873
+    assert s.tables["table"]["model"][-1] == "cotta" and s.metrics["acc_tent_cyclic"] == pytest.approx(0.4)
+    # VT and CoTTA as good as UAT, and A-DT clearly better: every check fails
+    bad = darkroom.summarize(cfg, _darkroom_arrays(cfg, {"uat": [0.5, 0.5], "vt": [0.45, 0.45], "adt": [0.6, 0.6],
+                                                         "tent": [0.3, 0.3], "cotta": [0.5, 0.5]}))
     assert not any(k.passed for k in bad.checks)
 
 
@@ -203,13 +211,14 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     real = seeds.seed_keys
     monkeypatch.setattr(seeds, "seed_keys", lambda n, stream=seeds.JUDGED: streams.append(stream) or real(n, stream))
     argv = ["run", "uat.darkroom", "--quick", *TINY_SIZE, "--set", 'schedules=["abrupt", "cyclic"]',
-            "--seeds", "1", "--set", "stream=1", "--out", str(tmp_path)]
+            "--seeds", "1", "--set", "stream=1", "--set", "adapt_batch=1", "--out", str(tmp_path)]
     assert cli.main(argv) in (0, 1)  # a tiny model may fail the checks; the run must complete
-    assert streams == [seeds.SCREENING] * 2  # UAT and VT one program, A-DT another; seeds from the stream
+    assert streams == [seeds.SCREENING] * 3  # UAT and VT one program, A-DT another, TENT/CoTTA a third
     out = tmp_path / "uat.darkroom"
     result = _result(out)
     assert result["config"]["seeds"] == 1 and result["config"]["size"]["epochs"] == 2
-    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_on_par_with_adt"]
+    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_beats_tta_abrupt",
+                                                     "uat_beats_tta_cyclic", "uat_on_par_with_adt"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     # 2 epochs x 2 episodes of one run: inside the first 6-episode block, and all four waypoints
     assert result["metrics"]["distinct_goals_train_abrupt"] == 1.0
@@ -217,7 +226,7 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     curves = _csv(out / "curves.csv")
     assert {r["model"] for r in curves} == {f"{m}/{s}" for m in ("uat", "vt", "adt") for s in ("abrupt", "cyclic")}
     assert len(curves) == 6 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
-    assert len(_csv(out / "darkroom.csv")) == 6 and len(_csv(out / "table.csv")) == 6
+    assert len(_csv(out / "darkroom.csv")) == 10 and len(_csv(out / "table.csv")) == 10
     assert (out / "darkroom.png").exists()
 
 

@@ -15,7 +15,7 @@ from uat_jax import train as train_mod
 from uat_jax.feedback import NO_ACTION, FeedbackChannel
 from uat_jax.model import DecisionTransformer
 from uat_jax.rollout import Trajectory, rollout
-from uat_jax.train import Task, TrainConfig, _batch_rollout, make_train
+from uat_jax.train import Task, TrainConfig, batch_rollout, make_train
 
 H = 8
 SIZE = 5
@@ -146,7 +146,8 @@ def test_batch_rollout_plays_each_given_goal(monkeypatch):
     @jax.jit
     def run(task):
         goals = train_mod.episode_goals(CFG, task, run_key, episodes)
-        return goals, _batch_rollout(CFG, model, params, jax.random.key(9), task.channel, goals, greedy=False)
+        return goals, batch_rollout(CFG, model, params, jax.random.split(jax.random.key(9), goals.shape[0]), task.channel, goals,
+                                    greedy=False)
 
     for name in ("gradual", "abrupt", "cyclic"):
         record.clear()

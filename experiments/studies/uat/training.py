@@ -4,8 +4,12 @@
 the switched family (``uat_jax.config.SWITCHED``: UAT, its Table 4 ablations and
 Vanilla-TF) that a study trains share one ``traced_variant`` program, the member being
 an array leaf of each task; every other kind (A-DT, DT-style, GTrXL) is its own program.
+Test-time adaptation baselines (TENT, CoTTA: ``uat_jax.tta``) adapt the trained
+Vanilla-TF cells in one further program (``adapt``).
 """
 from __future__ import annotations
+
+import jax
 
 from experiments import seeds
 from experiments.registry import RunContext
@@ -15,34 +19,63 @@ from uat_jax.train import Task
 
 
 def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
-               stream: int) -> dict:
+               stream: int, keep_params: bool = False) -> dict:
     """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep:
-    outputs [tasks, seeds, ...]."""
-    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg),
+    outputs [tasks, seeds, ...] (``"params"`` too, flat over tasks x seeds, with ``keep_params``)."""
+    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg, keep_params),
                            cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)),
                            labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"])
-    return cells.split_cells(out, len(tasks))
+    params = out.pop("params", None)
+    grid = cells.split_cells(out, len(tasks))
+    return grid if params is None else {**grid, "params": params}
+
+
+def adapt_grid(ctx: RunContext, name: str, train_cfg, params, tasks: list[Task], labels: list[str],
+               num_seeds: int, stream: int, methods: dict) -> dict[str, dict]:
+    """Each test-time adaptation method of ``methods`` on the Vanilla-TF cells ``params`` (flat over
+    ``tasks`` x seeds, as :func:`train_grid` keeps them) in one checkpointed program:
+    ``{method: {"accuracy", "efficiency": [tasks, seeds]}}``."""
+    items = {**cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)), "params": params}
+    out = seeds.train_grid(ctx, name, cells.make_adapt_cell(train_cfg, methods), items,
+                           labels=labels, num_seeds=num_seeds)
+    grid = cells.split_cells(out, len(tasks))
+    return {m: {k: grid[f"{k}_{m}"] for k in ("accuracy", "efficiency")} for m in methods}
 
 
 def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, list[Task]],
-                 labels: dict[str, list[str]], num_seeds: int, stream: int) -> dict[str, dict]:
+                 labels: dict[str, list[str]], num_seeds: int, stream: int,
+                 adapt: dict | None = None) -> dict[str, dict]:
     """Every model of ``runs`` (a kind of ``KINDS`` or a member of ``SWITCHED``) on its tasks
     x seeds: ``{model: outputs [tasks, seeds, ...]}``. Two or more switched-family members
     train as one program ``name``; any other model as its own program ``name_<model>``.
     Seed ``s`` is the same key in every program, so each member computes what it would
-    alone (``uat_jax.model``: the traced union runs a member exactly as the static one)."""
+    alone (``uat_jax.model``: the traced union runs a member exactly as the static one).
+    ``adapt`` ({name: ``uat_jax.tta`` config}, needs ``"vt"`` in ``runs``) adds one entry per
+    method, ``{"accuracy", "efficiency": [tasks, seeds]}``: the trained Vanilla-TF cells
+    adapted at test time (program ``name_tta``)."""
+    if adapt and "vt" not in runs:
+        raise ValueError(f"test-time adaptation {sorted(adapt)} adapts the Vanilla-TF: runs must include 'vt'")
     family = [m for m in runs if m in SWITCHED]
     family = family if len(family) > 1 else []
-    out = {}
+    keep = bool(adapt)
+    out, cfgs = {}, {}
     if family:
         tasks = [t.with_variant(m) for m in family for t in runs[m]]
-        grid = train_grid(ctx, name, size.train_config(traced_variant=True), tasks,
-                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream)
-        start = 0
+        cfgs.update({m: size.train_config(traced_variant=True) for m in family})
+        grid = train_grid(ctx, name, cfgs[family[0]], tasks,
+                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep)
+        params, start = grid.pop("params", None), 0
         for m in family:
             out[m] = {k: v[start:start + len(runs[m])] for k, v in grid.items()}
+            if m == "vt" and keep:
+                rows = slice(start * num_seeds, (start + len(runs[m])) * num_seeds)
+                out[m]["params"] = jax.tree.map(lambda p, rows=rows: p[rows], params)
             start += len(runs[m])
     for m in (m for m in runs if m not in family):
-        train_cfg = size.train_config(m) if m in KINDS else size.train_config("uat", m)
-        out[m] = train_grid(ctx, f"{name}_{m}", train_cfg, runs[m], labels[m], num_seeds, stream)
-    return {m: out[m] for m in runs}
+        cfgs[m] = size.train_config(m) if m in KINDS else size.train_config("uat", m)
+        out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, keep and m == "vt")
+    if adapt:
+        vt_tasks = [t.with_variant("vt") for t in runs["vt"]] if "vt" in family else runs["vt"]
+        out.update(adapt_grid(ctx, f"{name}_tta", cfgs["vt"], out["vt"].pop("params"), vt_tasks, labels["vt"],
+                              num_seeds, stream, adapt))
+    return {m: out[m] for m in (*runs, *(adapt or {}))}
