@@ -12,7 +12,8 @@ Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXi
 from rate_jax import tmaze
 from rate_jax.config import MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
 from rate_jax.dataset import Trajectories, generate, mirror, sample_corridor_lengths, segment_corridor_lengths
-from rate_jax.evaluate import EvalResult, make_evaluate
+from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_evaluate, make_packed_evaluate,
+                               segments_needed, slot_queues)
 from rate_jax.masks import segment_mask
 from rate_jax.model import RATE, Carry, Segment, SegmentOutput, split_segments, unroll
 from rate_jax.mrv import MRV, mrv_activation
@@ -24,10 +25,10 @@ from rate_jax.train import (STEP_METRICS, ChunkedRun, TrainConfig, TrainMetrics,
 
 __all__ = [
     "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "EvalResult", "ModelConfig",
-    "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
+    "PackedResult", "Schedule", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
     "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
-    "make_chunk", "make_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "mirror",
+    "make_chunk", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "mirror",
     "mrv_activation", "mrv_convex_form", "mrv_update", "no_anti_alignment", "normalize_rows", "retention_bound",
     "retention_ratio", "sample_corridor_lengths", "sample_instances", "segment_corridor_lengths", "segment_mask",
-    "split_segments", "tmaze", "to_segments", "unroll", "variant",
+    "segments_needed", "slot_queues", "split_segments", "tmaze", "to_segments", "unroll", "variant",
 ]

@@ -1,17 +1,32 @@
 """Online evaluation in T-Maze: many episodes, segment recurrence, vectorised.
 
 The T-Maze success rate of "Recurrent Action Transformer with Memory" (arXiv 2306.09459)
-(its T-Maze generalisation experiment and memory-noise ablation), evaluated as the
-authors' ``val_tmaze.py`` does: return-to-go starts at 1, actions are the argmax of the
-logits at the current observation, the model sees the steps of the current segment, and
-at each segment boundary the memory (and cache) computed from the finished segment is
-passed on.
+(its T-Maze generalisation experiment, inference corridors up to 9,600 steps, and the
+memory-noise ablation), evaluated as the authors' ``val_tmaze.py`` does: return-to-go
+starts at 1, actions are the argmax of the logits at the current observation, the model
+sees the steps of the current segment, and at each segment boundary the memory (and
+cache) computed from the finished segment is passed on.
 
 Inference is incremental (``RATE.decode``): at the start of a segment the key/value
 buffers hold the cache; step 0 runs the prefix memory and (R_0, o_0), step t > 0 runs
 only (a_{t-1}, R_t, o_t) against the buffers. This equals running the whole segment with
 the not yet seen steps padded, which by the causal mask (``masks.py``) equals running
 the prefix alone (``tests/rate_jax``), at a cost per step of 3 tokens instead of 3K + 2m.
+
+Two evaluators share one rollout (a ``lax.scan`` over segments of a batch of slots):
+
+* :func:`make_evaluate` runs every episode for ``max_steps`` steps (one slot per episode);
+* :func:`make_packed_evaluate` runs each episode only for the
+  :func:`segments_needed` segments its corridor can last: a fixed number of slots, each
+  with a static queue of episodes (:func:`slot_queues`, balanced in work, computed in
+  numpy); when a slot's episode has used its segments the slot resets (M_0, empty cache,
+  a new environment) and starts its next one. The scan is as long as the busiest slot's
+  queue, close to sum(segments) / slots instead of episodes x max(segments).
+
+Every episode draws its keys from its own index i among the N episodes (reset key
+``split(k_reset, N)[i]``, segment n of it ``fold_in(split(k_run, N)[i], n)``), so its
+result does not depend on the slot, the queue or the other episodes, and both
+evaluators give the same result for the same episodes (``tests/rate_jax/test_rate_eval_packing.py``).
 
 Readings:
 * the memory passed on is computed from the complete segment (all K actions),
@@ -26,11 +41,14 @@ Readings:
 """
 from __future__ import annotations
 
+import dataclasses
+import heapq
+from collections.abc import Sequence
 from typing import Callable
 
-import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rate_jax import tmaze
@@ -40,13 +58,91 @@ from rate_jax.model import RATE, Carry, DecodeState, Segment
 
 @struct.dataclass
 class EvalResult:
-    """success [E] (1.0 when the episode ended on the goal), episode_return [E], actions
-    [E, S*K] (the argmax action at every step, S*K >= max_steps; steps after the end of
-    an episode are still chosen but not applied)."""
+    """success [E] (1.0 when the episode ended on the goal), episode_return [E],
+    episode_length [E] (steps until the episode ended), actions [E, S*K] (the argmax
+    action at every step, S*K >= max_steps; steps after the end of an episode are still
+    chosen but not applied)."""
 
     success: jax.Array
     episode_return: jax.Array
+    episode_length: jax.Array
     actions: jax.Array
+
+
+@struct.dataclass
+class PackedResult:
+    """success [N], episode_return [N] and episode_length [N], in the order of the
+    evaluator's ``corridor_lengths``."""
+
+    success: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Which episode each slot runs in each segment of the scan (static numpy arrays).
+
+    episode [G, S] int32: the episode slot s works on in scan segment g; segment [G, S]
+    int32: that episode's own segment number (0: the slot resets and starts it); a slot
+    whose queue is done keeps running its last (finished) episode; finish [N, 2]: (g, s)
+    of the last segment of every episode, where its result is read.
+    """
+
+    episode: np.ndarray
+    segment: np.ndarray
+    finish: np.ndarray
+
+    @classmethod
+    def from_queues(cls, segments: Sequence[int], queues: Sequence[Sequence[int]]) -> Schedule:
+        """Slot s runs episodes ``queues[s]`` in order, episode i for ``segments[i]`` segments.
+
+        ``queues`` must hold every episode index 0..N-1 exactly once (N = len(segments)).
+        """
+        segments = [int(x) for x in segments]
+        if not segments or min(segments) < 1:
+            raise ValueError(f"segments must be a non-empty sequence of integers >= 1, got {segments!r}")
+        order = sorted(i for q in queues for i in q)
+        if not queues or min(len(q) for q in queues) < 1 or order != list(range(len(segments))):
+            raise ValueError(f"queues must be non-empty and hold each episode 0..{len(segments) - 1} exactly once, "
+                             f"got {queues!r}")
+        length = max(sum(segments[i] for i in q) for q in queues)
+        episode = np.zeros((length, len(queues)), np.int32)
+        segment = np.zeros((length, len(queues)), np.int32)
+        finish = np.zeros((len(segments), 2), np.int32)
+        for s, queue in enumerate(queues):
+            g = 0
+            for i in queue:
+                episode[g:g + segments[i], s] = i
+                segment[g:g + segments[i], s] = np.arange(segments[i])
+                g += segments[i]
+                finish[i] = (g - 1, s)
+            episode[g:, s] = queue[-1]
+            segment[g:, s] = segments[queue[-1]] + np.arange(length - g)
+        return cls(episode=episode, segment=segment, finish=finish)
+
+
+def segments_needed(corridor_length: int, segment_len: int) -> int:
+    """ceil((L + 2) / K): the segments of K steps an episode of corridor L can last (it ends
+    after at most L + 2 steps, ``tmaze.make_params``)."""
+    return -(-(int(corridor_length) + 2) // int(segment_len))
+
+
+def slot_queues(segments: Sequence[int], num_slots: int) -> tuple[tuple[int, ...], ...]:
+    """Greedy longest-first assignment of episodes (``segments[i]`` segments each) to
+    ``num_slots`` slots: each episode, longest first (ties: lower index first), goes to the
+    slot with the least work so far (ties: lower slot). The busiest slot then has at most
+    the least busy one's work plus the longest episode's. Returns each slot's queue."""
+    if not (isinstance(num_slots, int) and 1 <= num_slots <= len(segments)):
+        raise ValueError(f"num_slots must be an integer in [1, {len(segments)}] (the number of episodes), "
+                         f"got {num_slots!r}")
+    heap = [(0, s) for s in range(num_slots)]
+    queues = [[] for _ in range(num_slots)]
+    for i in sorted(range(len(segments)), key=lambda i: (-segments[i], i)):
+        load, s = heapq.heappop(heap)
+        queues[s].append(i)
+        heapq.heappush(heap, (load + int(segments[i]), s))
+    return tuple(tuple(q) for q in queues)
 
 
 @struct.dataclass
@@ -59,70 +155,148 @@ class _Rollout:
     carry: Carry
 
 
-def _noise_like(key: jax.Array, memory: jax.Array) -> jax.Array:
+def _noise_like(keys: jax.Array, memory: jax.Array) -> jax.Array:
+    """Gaussian noise [B, m, d] with each row's mean and std of ``memory`` (one key per row)."""
     mean = jnp.mean(memory, axis=(1, 2), keepdims=True)
     std = jnp.std(memory, axis=(1, 2), keepdims=True)
-    return mean + std * jax.random.normal(key, memory.shape)
+    return mean + std * jax.vmap(lambda k: jax.random.normal(k, memory.shape[1:]))(keys)
 
 
-def make_evaluate(config: ModelConfig, max_steps: int) -> Callable[..., EvalResult]:
-    """``evaluate(params, key, corridor_lengths [E], memory_noise=False) -> EvalResult``; runs
-    ``max_steps`` steps.
-
-    ``max_steps`` (static) must be at least max(corridor_lengths) + 2, the longest episode.
-    ``memory_noise`` (a bool, traceable: the clean run and the ablation are one program)
-    replaces every memory passed between segments by noise; the noise is drawn either way,
-    so the clean run's numbers do not depend on it.
-    """
+def _make_rollout(config: ModelConfig, schedule: Schedule):
+    """``rollout(params, key, corridor_lengths [N], memory_noise [N]) -> (ret, length, actions)``
+    stacked over the scan, [G, S] (actions [G, S, K]), for the slots of ``schedule``."""
     model = RATE(config)
     k_seg = config.segment_len
-    num_segments = -(-max_steps // k_seg)
+    episodes = jnp.asarray(schedule.episode)
+    own_segments = jnp.asarray(schedule.segment)
+    s_slots = schedule.episode.shape[1]
 
-    def evaluate(params, key, corridor_lengths, memory_noise=False):
-        corridor_lengths = jnp.asarray(corridor_lengths, jnp.int32)
-        chex.assert_rank(corridor_lengths, 1)
-        e = corridor_lengths.shape[0]
-        env_params = jax.vmap(tmaze.make_params)(corridor_lengths)
+    def rollout(params, key, corridor_lengths, memory_noise):
+        n = corridor_lengths.shape[0]
         k_reset, k_run = jax.random.split(key)
-        obs, env_state = jax.vmap(tmaze.reset)(jax.random.split(k_reset, e), env_params)
-        initial = _Rollout(env_state=env_state, obs=obs, rtg=jnp.ones(e), done=jnp.zeros(e, bool), ret=jnp.zeros(e),
-                         carry=model.apply(params, e, method=RATE.initial_carry))
+        reset_keys, run_keys = jax.random.split(k_reset, n), jax.random.split(k_run, n)
+        initial_carry = model.apply(params, s_slots, method=RATE.initial_carry)
 
-        def env_step(ro: _Rollout, buf: Segment, kv: DecodeState, idx, key, start, num: int):
-            """Step idx of the segment: tokens start .. start + num - 1 end with o_idx."""
-            buf = buf.replace(obs=buf.obs.at[:, idx].set(ro.obs), rtg=buf.rtg.at[:, idx].set(ro.rtg))
-            logits, kv = model.apply(params, buf, ro.carry, kv, start, num, method=RATE.decode)
-            action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-            obs, env_state, reward, done, _ = jax.vmap(tmaze.step)(jax.random.split(key, e), ro.env_state,
-                                                                     action, env_params)
-            live = ~ro.done
-            keep = lambda new, old: jnp.where(live.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-            ro = ro.replace(env_state=jax.tree.map(keep, env_state, ro.env_state), obs=keep(obs, ro.obs),
-                            rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live)
-            buf = buf.replace(actions=buf.actions.at[:, idx].set(action),
-                              action_known=buf.action_known.at[:, idx].set(1.0))
-            return ro, buf, kv
+        def fresh(ep, env_params):
+            obs, env_state = jax.vmap(tmaze.reset)(reset_keys[ep], env_params)
+            return _Rollout(env_state=env_state, obs=obs, rtg=jnp.ones(s_slots), done=jnp.zeros(s_slots, bool),
+                            ret=jnp.zeros(s_slots), carry=initial_carry)
 
-        def segment(ro: _Rollout, key):
-            k_first, k_steps, k_noise = jax.random.split(key, 3)
-            buf = Segment(obs=jnp.zeros((e, k_seg, config.obs_dim)), actions=jnp.zeros((e, k_seg), jnp.int32),
-                          rtg=jnp.zeros((e, k_seg)), action_known=jnp.zeros((e, k_seg)))
+        def where(cond, new, old):
+            return jax.tree.map(lambda a, b: jnp.where(cond.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
+
+        def segment(ro: _Rollout, xs):
+            ep, own = xs  # [S]: each slot's episode and that episode's segment number
+            env_params = jax.vmap(tmaze.make_params)(corridor_lengths[ep])
+            begins, new = own == 0, fresh(ep, env_params)  # a slot starting an episode resets
+            carry = Carry(memory=where(begins, new.carry.memory, ro.carry.memory),
+                          cache=jnp.where(begins[None, :, None, None], new.carry.cache, ro.carry.cache),
+                          cache_valid=where(begins, new.carry.cache_valid, ro.carry.cache_valid))
+            ro = _Rollout(*where(begins, (new.env_state, new.obs, new.rtg, new.done, new.ret),
+                                 (ro.env_state, ro.obs, ro.rtg, ro.done, ro.ret)), carry=carry)
+            seg_keys = jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), 3))(run_keys[ep], own)
+            k_first, k_noise = seg_keys[:, 0], seg_keys[:, 2]
+            k_steps = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, k_seg - 1))(seg_keys[:, 1]), 0, 1)
+
+            def env_step(ro: _Rollout, buf: Segment, kv: DecodeState, idx, keys, start, num: int):
+                """Step idx of the segment: tokens start .. start + num - 1 end with o_idx."""
+                buf = buf.replace(obs=buf.obs.at[:, idx].set(ro.obs), rtg=buf.rtg.at[:, idx].set(ro.rtg))
+                logits, kv = model.apply(params, buf, ro.carry, kv, start, num, method=RATE.decode)
+                action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+                obs, env_state, reward, done, _ = jax.vmap(tmaze.step)(keys, ro.env_state, action, env_params)
+                live = ~ro.done
+                ro = ro.replace(env_state=where(live, env_state, ro.env_state), obs=where(live, obs, ro.obs),
+                                rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live)
+                buf = buf.replace(actions=buf.actions.at[:, idx].set(action),
+                                  action_known=buf.action_known.at[:, idx].set(1.0))
+                return ro, buf, kv
+
+            buf = Segment(obs=jnp.zeros((s_slots, k_seg, config.obs_dim)),
+                          actions=jnp.zeros((s_slots, k_seg), jnp.int32), rtg=jnp.zeros((s_slots, k_seg)),
+                          action_known=jnp.zeros((s_slots, k_seg)))
             kv = model.apply(params, ro.carry, method=RATE.decode_start)
             m = config.num_mem_tokens
             first = env_step(ro, buf, kv, 0, k_first, 0, m + 2)  # prefix memory, R_0, o_0
 
             def body(c, inputs):
-                idx, k = inputs
-                return env_step(*c, idx, k, m + 3 * idx - 1, 3), None  # a_{idx-1}, R_idx, o_idx
+                idx, keys = inputs
+                return env_step(*c, idx, keys, m + 3 * idx - 1, 3), None  # a_{idx-1}, R_idx, o_idx
 
-            (ro, buf, kv), _ = jax.lax.scan(body, first, (jnp.arange(1, k_seg), jax.random.split(k_steps, k_seg - 1)))
+            (ro, buf, kv), _ = jax.lax.scan(body, first, (jnp.arange(1, k_seg), k_steps))
             carry = model.apply(params, buf, ro.carry, kv, method=RATE.decode_finish)
-            if config.num_mem_tokens > 0:
-                carry = carry.replace(memory=jnp.where(memory_noise, _noise_like(k_noise, carry.memory), carry.memory))
-            return ro.replace(carry=carry), buf.actions
+            if m > 0:
+                noisy = memory_noise[ep].reshape(-1, 1, 1)
+                carry = carry.replace(memory=jnp.where(noisy, _noise_like(k_noise, carry.memory), carry.memory))
+            ro = ro.replace(carry=carry)
+            return ro, (ro.ret, ro.env_state.time, buf.actions)
 
-        end, actions = jax.lax.scan(segment, initial, jax.random.split(k_run, num_segments))
-        actions = jnp.swapaxes(actions, 0, 1).reshape(e, num_segments * k_seg)
-        return EvalResult(success=(end.ret >= 1.0).astype(jnp.float32), episode_return=end.ret, actions=actions)
+        first_params = jax.vmap(tmaze.make_params)(corridor_lengths[episodes[0]])
+        _, out = jax.lax.scan(segment, fresh(episodes[0], first_params), (episodes, own_segments))
+        return out
+
+    return rollout
+
+
+def _episode_inputs(corridor_lengths, memory_noise):
+    corridor_lengths = jnp.asarray(corridor_lengths, jnp.int32)
+    if corridor_lengths.ndim != 1:
+        raise ValueError(f"corridor_lengths must be a 1-d array [E], got shape {corridor_lengths.shape}")
+    noise = jnp.broadcast_to(jnp.asarray(memory_noise, bool), corridor_lengths.shape)
+    return corridor_lengths, noise
+
+
+def make_evaluate(config: ModelConfig, max_steps: int) -> Callable[..., EvalResult]:
+    """``evaluate(params, key, corridor_lengths [E], memory_noise=False) -> EvalResult``; runs
+    every episode for ``max_steps`` steps (ceil(max_steps / K) segments).
+
+    ``max_steps`` (static) must be at least max(corridor_lengths) + 2, the longest episode.
+    ``memory_noise`` (a bool or [E] bools, traceable: the clean run and the ablation are one
+    program) replaces every memory passed between segments by noise; the noise is drawn
+    either way, so the clean run's numbers do not depend on it.
+    """
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
+        raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+    num_segments = -(-int(max_steps) // config.segment_len)
+
+    def evaluate(params, key, corridor_lengths, memory_noise=False):
+        corridor_lengths, noise = _episode_inputs(corridor_lengths, memory_noise)
+        e = corridor_lengths.shape[0]
+        schedule = Schedule.from_queues([num_segments] * e, [(i,) for i in range(e)])
+        ret, length, actions = _make_rollout(config, schedule)(params, key, corridor_lengths, noise)
+        actions = jnp.swapaxes(actions, 0, 1).reshape(e, num_segments * config.segment_len)
+        return EvalResult(success=(ret[-1] >= 1.0).astype(jnp.float32), episode_return=ret[-1],
+                          episode_length=length[-1], actions=actions)
+
+    return evaluate
+
+
+def make_packed_evaluate(config: ModelConfig, corridor_lengths: Sequence[int], num_slots: int,
+                         queues: Sequence[Sequence[int]] | None = None) -> Callable[..., PackedResult]:
+    """``evaluate(params, key, memory_noise=False) -> PackedResult``: episode i on corridor
+    ``corridor_lengths[i]`` (static; repeat a length for more episodes), each run for its
+    :func:`segments_needed` segments only, in ``num_slots`` slots run in parallel.
+
+    ``queues`` (default :func:`slot_queues`) says which episodes each slot runs, in order.
+    Episode i's result equals ``make_evaluate(config, max_steps)(params, key,
+    jnp.asarray(corridor_lengths))`` at i, for any packing. ``memory_noise``: as in
+    :func:`make_evaluate` (a bool or [N] bools).
+    """
+    lengths = [int(x) for x in corridor_lengths]
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"corridor_lengths must be a non-empty sequence of integers >= 1, got {corridor_lengths!r}")
+    segments = [segments_needed(x, config.segment_len) for x in lengths]
+    if queues is None:
+        queues = slot_queues(segments, num_slots)
+    elif len(queues) != num_slots:
+        raise ValueError(f"queues must hold num_slots={num_slots} queues, got {len(queues)}")
+    schedule = Schedule.from_queues(segments, queues)
+    rollout = _make_rollout(config, schedule)
+    g, s = schedule.finish[:, 0], schedule.finish[:, 1]
+
+    def evaluate(params, key, memory_noise=False):
+        corridor, noise = _episode_inputs(lengths, memory_noise)
+        ret, length, _ = rollout(params, key, corridor, noise)
+        return PackedResult(success=(ret[g, s] >= 1.0).astype(jnp.float32), episode_return=ret[g, s],
+                            episode_length=length[g, s])
 
     return evaluate

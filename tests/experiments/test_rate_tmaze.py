@@ -11,14 +11,14 @@ from experiments import cli
 from experiments.studies.rate import tmaze
 
 # The smallest run that passes validation, at the quick K = 6, N = 3 (training corridors 4, 10, 16,
-# context 18): one layer, 4 steps in 2 chunks, 2 seeds, 2 episodes on corridors 4, 16 and 22;
+# context 18): one layer, 4 steps in 2 chunks, 2 seeds, 2 episodes on corridors 4, 16 and 22 (checked at 22);
 # without TrXL (the costliest compile), with RMT and RATE-noMRV (one configuration, trained once).
 TINY = ["--set", "base.n_layer=1", "--set", "base.d_model=16", "--set", "base.d_head=8",
         "--set", "base.num_mem_tokens=2", "--set", "num_steps=4", "--set", "chunks=2", "--set", "num_train=16",
-        "--set", "num_val=8", "--set", "batch_size=4", "--set", "warmup_steps=1", "--set", "episodes=2",
-        "--set", "eval_corridors=[4,16,22]", "--set", 'variants=["RATE","RMT","RATE-noMRV","DT"]', "--seeds", "2"]
-CHECKS = ["rate_success_in_distribution_min", "rate_success_longest", "rate_minus_rmt_longest",
-          "rate_minus_trxl_longest", "rate_minus_rate_no_mrv_longest", "rate_minus_dt_longest"]
+        "--set", "num_val=8", "--set", "batch_size=4", "--set", "warmup_steps=1", "--set", "episodes=[2,2,2]",
+        "--set", "eval_corridors=[4,16,22]", "--set", "check_corridor=22", "--set", "eval_slots=3", "--set", 'variants=["RATE","RMT","RATE-noMRV","DT"]', "--seeds", "2"]
+CHECKS = ["rate_success_in_distribution_min", "rate_success_check_corridor", "rate_minus_rmt_check_corridor",
+          "rate_minus_trxl_check_corridor", "rate_minus_rate_no_mrv_check_corridor", "rate_minus_dt_check_corridor"]
 
 
 def test_show_applies_nested_overrides(capsys):
@@ -31,7 +31,8 @@ def test_show_applies_nested_overrides(capsys):
 
 @pytest.mark.parametrize("override", ["chunks=3", "variants=[\"RATE\"]", "eval_corridors=[4,10]",
                                       "base.segment_len=2", "num_segments=1", "variants=[\"RATE\",\"DT\",\"XL\"]",
-                                      "stream=-1"])
+                                      "stream=-1", "episodes=[48]", "check_corridor=16", "check_corridor=5",
+                                      "eval_slots=0"])
 def test_bad_overrides_are_usage_errors(override, capsys):
     assert cli.main(["show", "rate.tmaze", "--quick", "--set", override]) == 2
     assert "error:" in capsys.readouterr().err
@@ -54,41 +55,50 @@ def _synthetic(config, rate, dt, noise, others=None, seeds=3, steps=None):
 
 
 def test_summarize_on_synthetic_arrays():
-    config = tmaze.QUICK  # corridors 4, 10, 16 in distribution; 22, 34, 58 beyond K*N = 18
-    arrays = _synthetic(config, rate=[1, 1, 1, 1, 0.9, 0.8], dt=[1, 1, 1, 0.5, 0.6, 0.4],
-                        noise=[1.0, 0.5, 0.4, 0.5, 0.5, 0.5],
-                        others={"RMT": [1, 1, 1, 1, 0.8, 0.75], "RATE-noMRV": [1, 1, 1, 1, 0.8, 0.65],
-                                "TrXL": [1, 1, 1, 0.9, 0.6, 0.5]})
+    # corridors 4, 10, 16 in distribution; 22 .. 9600 beyond K*N = 18; checks at 58 (index 5)
+    config = tmaze.QUICK
+    assert config.eval_corridors[5] == config.check_corridor == 58 and config.eval_corridors[-1] == 9600
+    tail = [0.5] * 4  # corridors 150, 600, 2400, 9600
+    arrays = _synthetic(config, rate=[1, 1, 1, 1, 0.9, 0.8, 0.7, 0.6, 0.6, 0.55], dt=[1, 1, 1, 0.5, 0.6, 0.4] + tail,
+                        noise=[1.0, 0.5, 0.4, 0.5, 0.5, 0.5] + tail,
+                        others={"RMT": [1, 1, 1, 1, 0.8, 0.75] + tail, "RATE-noMRV": [1, 1, 1, 1, 0.8, 0.65] + tail,
+                                "TrXL": [1, 1, 1, 0.9, 0.6, 0.5] + tail})
     summary = tmaze.summarize(config, arrays)
     m = summary.metrics
-    assert m["rate_success_in_distribution_min"] == 1.0 and m["rate_success_longest"] == pytest.approx(0.8)
+    assert m["rate_success_in_distribution_min"] == 1.0 and m["rate_success_check_corridor"] == pytest.approx(0.8)
+    assert m["rate_success_longest"] == pytest.approx(0.55)
     assert m["dt_success_beyond_context"] == pytest.approx(0.5)
     assert m["rate_success_memory_noise"] == pytest.approx(0.45)  # corridors 10 and 16: the cue crosses a segment
-    assert m["dt_success_in_distribution"] == 1.0 and m["rate_success_beyond_training"] == pytest.approx(0.9)
+    assert m["dt_success_in_distribution"] == 1.0 and m["rate_success_beyond_training"] == pytest.approx(5.15 / 7)
     assert m["rate_final_loss"] == pytest.approx(np.linspace(1.0, 0.1, 400)[-20:].mean())
     assert m["dt_val_turn_accuracy"] == pytest.approx(0.6) and m["rate_final_grad_norm"] == 1.0
+    at_check = {k: m[f"success_check_{k}"] for k in ("rate", "rmt", "trxl", "rate_no_mrv", "dt")}
+    assert at_check == pytest.approx({"rate": 0.8, "rmt": 0.75, "trxl": 0.5, "rate_no_mrv": 0.65, "dt": 0.4})
     longest = {k: m[f"success_longest_{k}"] for k in ("rate", "rmt", "trxl", "rate_no_mrv", "dt")}
-    assert longest == pytest.approx({"rate": 0.8, "rmt": 0.75, "trxl": 0.5, "rate_no_mrv": 0.65, "dt": 0.4})
-    assert m["rate_minus_rate_no_mrv_longest"] == pytest.approx(0.15)
+    assert longest == pytest.approx({"rate": 0.55, "rmt": 0.5, "trxl": 0.5, "rate_no_mrv": 0.5, "dt": 0.5})
+    assert m["rate_minus_rate_no_mrv_check_corridor"] == pytest.approx(0.15)
+    assert m["rate_minus_rate_no_mrv_longest"] == pytest.approx(0.05)
     verdict = {c.name: c.passed for c in summary.checks}
     assert list(verdict) == CHECKS
-    assert verdict == {**dict.fromkeys(CHECKS, True), "rate_minus_rmt_longest": False}  # 0.05 < 0.1
+    assert verdict == {**dict.fromkeys(CHECKS, True), "rate_minus_rmt_check_corridor": False}  # 0.05 < 0.1
     paper = {c.name: c.paper for c in summary.checks}
     assert paper["rate_success_in_distribution_min"] == tmaze.PAPER["rate_success_in_distribution_min"]
     table = summary.tables["table"]
     assert table["corridor_length"] == list(config.eval_corridors)
-    assert table["in_distribution"] == [True, True, True, False, False, False]
-    assert table["crosses_segment"] == [False, True, True, False, False, False]
+    assert table["in_distribution"] == [True, True, True] + [False] * 7
+    assert table["crosses_segment"] == [False, True, True] + [False] * 7
+    assert table["episodes_per_seed"] == list(config.episodes)
     assert table[tmaze.NOISE][1] == 0.5
 
-    # a RATE that loses the cue in distribution and is no better than the baselines at the longest corridor
-    bad = tmaze.summarize(config, _synthetic(config, rate=[1, 0.5, 1, 1, 1, 0.6], dt=[1] * 5 + [0.6], noise=[1] * 6))
+    # a RATE that loses the cue in distribution and is no better than the baselines at the check corridor
+    bad = tmaze.summarize(config, _synthetic(config, rate=[1, 0.5, 1, 1, 1, 0.6] + tail, dt=[1] * 5 + [0.6] * 5,
+                                             noise=[1] * 10))
     assert not any(c.passed for c in bad.checks)
 
 
 def test_summarize_compares_only_the_variants_run():
     config = dataclasses.replace(tmaze.QUICK, variants=("RATE", "DT", "RMT"))
-    m = tmaze.summarize(config, _synthetic(config, rate=[1] * 6, dt=[0.5] * 6, noise=[0.5] * 6)).metrics
+    m = tmaze.summarize(config, _synthetic(config, rate=[1] * 10, dt=[0.5] * 10, noise=[0.5] * 10)).metrics
     assert m["rmt_success_beyond_training"] == 0.5 and m["rmt_val_turn_accuracy"] == 0.6
     assert "success_longest_trxl" not in m and "rate_minus_trxl_longest" not in m
 
@@ -138,7 +148,8 @@ def test_tiny_run_end_to_end(tiny_run):
         success = list(csv.DictReader(f))
     assert len(success) == 5 * 2 * 3  # (4 variants, RATE+memory noise) x seeds x corridors
     table = (folder / "table.csv").read_text().splitlines()
-    assert table[0].split(",")[:4] == ["corridor_length", "in_distribution", "beyond_context", "crosses_segment"]
+    assert table[0].split(",")[:5] == ["corridor_length", "episodes_per_seed", "in_distribution", "beyond_context",
+                                       "crosses_segment"]
     assert len(table) == 4
     assert (folder / "success_vs_length.png").stat().st_size > 10_000
     assert set(np.load(folder / "tmaze.npz")) >= {"corridor_lengths", "success_RATE", "loss_DT"}
