@@ -7,7 +7,8 @@ task's goal schedule, drawn from its key (``uat_jax.train``). Seed ``s`` of ever
 uses the same key, so tasks (and models) are compared on common random numbers.
 
 ``Size`` gathers the knobs the studies vary (model widths, episode length, batch,
-epochs, evaluation episodes); every other model and optimiser setting is the Table 3
+epochs, evaluation episodes, and UAT's EMA decay and utility dimension for the Figure 5
+sensitivity); every other model and optimiser setting is the Table 3
 default of :class:`uat_jax.config.ModelConfig` and :class:`uat_jax.train.TrainConfig`.
 ``TABLE3`` is the paper's Domain A size (Table 3 of "Breaking Feedback-Blindness:
 Utility-Augmented Transformer for Sequential Decision Making", arXiv 2607.18910);
@@ -44,21 +45,27 @@ class Size:
     batch_size: int = 256  # episodes per epoch
     epochs: int = 500
     eval_episodes: int = 256
+    ema_decay: float = 0.7  # of the regime state (Table 3; the Figure 5 sensitivity sweeps it)
+    d_u: int = 16  # utility dimension (Table 3; swept in Figure 5)
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "d_ff", "n_layers", "horizon", "batch_size", "epochs", "eval_episodes"):
+        for name in ("d_model", "n_heads", "d_ff", "n_layers", "horizon", "batch_size", "epochs", "eval_episodes",
+                     "d_u"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"size.{name} must be an integer >= 1, got {value!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"size.d_model must be a multiple of size.n_heads = {self.n_heads}, got {self.d_model}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"size.ema_decay must be in [0, 1), got {self.ema_decay!r}")
 
     def model_config(self, kind: str = "uat", variant: str | None = None,
                      traced_variant: bool = False) -> ModelConfig:
         """The model ``kind`` at this size; ``variant`` names a Table 4 ablation of UAT;
         ``traced_variant``: the switched-family union (``config.SWITCHED``)."""
         model = ModelConfig(kind=kind, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
-                            n_layers=self.n_layers, horizon=self.horizon, traced_variant=traced_variant)
+                            n_layers=self.n_layers, horizon=self.horizon, ema_decay=self.ema_decay, d_u=self.d_u,
+                            traced_variant=traced_variant)
         return model if variant is None else ablation(model, variant)
 
     def train_config(self, kind: str = "uat", variant: str | None = None,
