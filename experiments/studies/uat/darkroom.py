@@ -59,8 +59,6 @@ PAPER_ACC = {"uat": (0.873, 0.827, 0.842), "vt": (0.362, 0.356, 0.340),
              "adt": (0.866, 0.826, 0.838), "tent": (0.346, 0.354, 0.346),
              "cotta": (0.346, 0.354, 0.346)}  # Table 1, Domain A: gradual, abrupt, cyclic
 PAPER = {f"acc_{m}_{s}": v for m, accs in PAPER_ACC.items() for s, v in zip(SCHEDULES, accs)}
-PAPER_TIMING = {"train_ms_per_epoch_uat": 32.4, "train_ms_per_epoch_vt": 17.1,
-                "infer_ms_per_step_uat": 3.1, "infer_ms_per_step_vt": 2.1}  # Table 6 (one GPU; the bench's)
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
 CHECKED = ("uat", "vt", "adt")  # the models the checks compare
