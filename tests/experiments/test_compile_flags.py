@@ -7,16 +7,28 @@ from experiments import compile_flags
 
 FLAG = "--xla_llvm_disable_expensive_passes"
 
-# A Vanilla-TF training cell at a tiny size (rollouts, parallel pass, backward, AdamW, evaluation): its outputs' digest.
+# One AdamW step of a tiny Vanilla-TF on the cross-entropy of a greedy causal rollout (the decode-cache scan,
+# the parallel pass, its gradient): the digest of the new parameters, the loss and the rollout.
 _PROGRAM = """
 import hashlib, jax, numpy as np
 from uat_jax import cells
-from uat_jax.train import Task
-from experiments import seeds
-size = cells.Size(d_model=8, n_heads=2, d_ff=16, n_layers=1, horizon=6, batch_size=4, epochs=2, eval_episodes=4)
-cell = cells.make_cell(size.train_config("vt"))
-inputs = cells.cell_inputs([Task.make("abrupt")], seeds.seed_keys(2))
-out = jax.jit(jax.vmap(cell))(inputs)
+from uat_jax.model import DecisionTransformer, init_params, sequence_logits
+from uat_jax.train import Task, batch_rollout, cross_entropy, make_optimizer
+cfg = cells.Size(d_model=8, n_heads=2, d_ff=16, n_layers=1, horizon=6, batch_size=2).train_config("vt")
+model = DecisionTransformer(cfg.model)
+optimizer = make_optimizer(cfg)
+
+def step(key):
+    params = init_params(model, key)
+    goals = jax.numpy.array([[1, 2], [7, 3]])
+    traj = batch_rollout(cfg, model, params, jax.random.split(key, 2), Task.make("abrupt").channel, goals, greedy=True)
+    loss_fn = lambda p: cross_entropy(jax.vmap(lambda o, a, r: sequence_logits(model, p, o, a, r))(
+        traj.obs, traj.actions, traj.fed_rewards), traj.expert)
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, _ = optimizer.update(grads, optimizer.init(params), params)
+    return loss, traj.actions, jax.tree.map(lambda p, u: p + u, params, updates)
+
+out = jax.jit(step)(jax.random.key(3))
 print(hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in jax.tree.leaves(out))).hexdigest())
 """
 
@@ -51,5 +63,5 @@ def _digest(xla_flags: str) -> str:
 
 
 def test_cheap_llvm_pipeline_computes_the_same_bits():
-    """XLA's default pipeline against the quick runs' one, on a whole training cell."""
+    """XLA's default pipeline against the quick runs' one, on a training step (rollout, parallel pass, gradient)."""
     assert _digest("") == _digest(f"{FLAG}=true")
