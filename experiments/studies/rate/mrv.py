@@ -308,5 +308,5 @@ STUDY = register(Study(
     summary="MRV in trained RATE: alpha-alignment, the retention bound, cue retention vs RATE-noMRV",
     config_type=MRVStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=170,
+    quick_s=105,
 ))

@@ -313,4 +313,5 @@ STUDY = register(Study(
     summary="Sec. 3.4: CCE gap curves of 1-, 2-, 4-layer regret-trained models in weighted RPS self-play, at and off T",
     config_type=CCEConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds",
+    quick_s=95,
 ))
