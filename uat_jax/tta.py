@@ -123,6 +123,10 @@ class CottaConfig:
             raise ValueError(f"aug_std must be >= 0, got {self.aug_std!r}")
 
 
+METHODS = {"tent": TentConfig, "cotta": CottaConfig}
+"""The test-time adaptation methods by name (their config classes)."""
+
+
 @struct.dataclass
 class CottaState:
     """Student theta (adapted), teacher theta' (predicts), source theta_0 (restores to)."""

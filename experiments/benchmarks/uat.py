@@ -17,15 +17,15 @@ import jax
 from experiments import benchmark, io
 from experiments.registry import bench
 from experiments.studies.uat import darkroom as _darkroom  # noqa: F401 - registers uat.darkroom before its bench
-from uat_jax import cells, theory
+from uat_jax import cells, theory, tta
 from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import CellKeys, Task, TrainConfig, make_evaluate, make_train
-from uat_jax.tta import CottaConfig, TentConfig, make_tta_stream
+from uat_jax.tta import make_tta_stream
 
 ROWS = ("vt", "gtrxl", "tent", "cotta", "dt", "adt", "uat")
 """Table 6's rows, in its order."""
 
-TTA = {"tent": TentConfig, "cotta": CottaConfig}
+TTA = tta.METHODS
 """The test-time adaptation rows: a Vanilla-TF adapted online (``uat_jax.tta``)."""
 
 

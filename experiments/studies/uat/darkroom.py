@@ -62,7 +62,7 @@ PAPER = {f"acc_{m}_{s}": v for m, accs in PAPER_ACC.items() for s, v in zip(SCHE
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
 CHECKED = ("uat", "vt", "adt")  # the models the checks compare
-ADAPTATION = {"tent": tta.TentConfig, "cotta": tta.CottaConfig}  # test-time adaptation of the trained VT
+ADAPTATION = tta.METHODS  # test-time adaptation of the trained VT
 WIDE_MARGIN = 0.2
 ON_PAR = -0.03
 
