@@ -3,7 +3,7 @@ ablations and theory checks, after "Breaking Feedback-Blindness: Utility-Augment
 Transformer for Sequential Decision Making" (UAT, arXiv 2607.18910): Domain A (DarkRoom) and
 the Domain B environment (``sepsis``, on the ICU-Sepsis tables).
 Derivations and readings: ``docs/uat.md``."""
-from uat_jax import cells, darkroom, schedules, sepsis, theory, tta
+from uat_jax import cells, darkroom, domains, schedules, sepsis, theory, tta
 from uat_jax.attention import FeedbackAttention, KVCache
 from uat_jax.config import ABLATIONS, KINDS, SWITCHED, ModelConfig, ablation, member, switch_table
 from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, corrupt, corrupt_episode, shift
@@ -11,16 +11,16 @@ from uat_jax.gtrxl import GRUGate
 from uat_jax.model import DecisionTransformer, DecodeCache, init_cache, init_params, sequence_logits
 from uat_jax.rollout import Trajectory, accuracy, efficiency, rollout
 from uat_jax.schedules import SCHEDULES, goal_at
-from uat_jax.train import (EvalMetrics, Task, TrainConfig, TrainResult, cross_entropy,
+from uat_jax.train import (Task, TrainConfig, TrainResult, cross_entropy,
                            make_evaluate, make_optimizer, make_train)
 from uat_jax.utility import GateReadout, Switches, UtilityEncoder, regime_state
 
 __all__ = [
     "ABLATIONS", "CORRUPTIONS", "KINDS", "NO_ACTION", "SCHEDULES", "SWITCHED",
-    "DecisionTransformer", "DecodeCache", "EvalMetrics", "FeedbackAttention", "FeedbackChannel",
+    "DecisionTransformer", "DecodeCache", "FeedbackAttention", "FeedbackChannel",
     "GRUGate", "GateReadout", "KVCache", "ModelConfig", "Switches", "Task", "TrainConfig", "TrainResult",
     "Trajectory", "UtilityEncoder",
-    "ablation", "accuracy", "cells", "corrupt", "corrupt_episode", "cross_entropy", "darkroom",
+    "ablation", "accuracy", "cells", "corrupt", "corrupt_episode", "cross_entropy", "darkroom", "domains",
     "efficiency", "goal_at", "init_cache", "init_params", "make_evaluate", "make_optimizer",
     "make_train", "member", "regime_state", "rollout", "schedules", "sepsis", "sequence_logits", "shift", "switch_table", "theory", "tta",
 ]

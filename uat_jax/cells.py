@@ -1,4 +1,4 @@
-"""Training cells: one model configuration trained and evaluated on DarkRoom tasks x seeds.
+"""Training cells: one model configuration trained and evaluated on a domain's tasks x seeds.
 
 A *cell* is one (task, seed) pair; a study trains a model configuration on every cell
 of a grid as one vmapped program (the sweep engine maps :func:`make_cell` over the
@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from uat_jax import domains
 from uat_jax.config import ModelConfig, ablation
 from uat_jax.schedules import distinct_goals
 from uat_jax.train import CellKeys, Task, TrainConfig, make_train
@@ -60,20 +61,22 @@ class Size:
             raise ValueError(f"size.ema_decay must be in [0, 1), got {self.ema_decay!r}")
 
     def model_config(self, kind: str = "uat", variant: str | None = None,
-                     traced_variant: bool = False) -> ModelConfig:
-        """The model ``kind`` at this size; ``variant`` names a Table 4 ablation of UAT;
-        ``traced_variant``: the switched-family union (``config.SWITCHED``)."""
-        model = ModelConfig(kind=kind, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
-                            n_layers=self.n_layers, horizon=self.horizon, ema_decay=self.ema_decay, d_u=self.d_u,
-                            traced_variant=traced_variant)
+                     traced_variant: bool = False, domain: str = "darkroom") -> ModelConfig:
+        """The model ``kind`` at this size for ``domain``'s observations and actions; ``variant``
+        names a Table 4 ablation of UAT; ``traced_variant``: the switched-family union
+        (``config.SWITCHED``)."""
+        env = domains.get(domain)
+        model = ModelConfig(kind=kind, obs_dim=env.obs_dim, n_actions=env.n_actions, d_model=self.d_model,
+                            n_heads=self.n_heads, d_ff=self.d_ff, n_layers=self.n_layers, horizon=self.horizon,
+                            ema_decay=self.ema_decay, d_u=self.d_u, traced_variant=traced_variant)
         return model if variant is None else ablation(model, variant)
 
     def train_config(self, kind: str = "uat", variant: str | None = None,
-                     traced_variant: bool = False) -> TrainConfig:
+                     traced_variant: bool = False, domain: str = "darkroom") -> TrainConfig:
         """The training configuration of ``kind`` (or UAT ablation ``variant``, or the
-        switched-family union) at this size."""
-        return TrainConfig(model=self.model_config(kind, variant, traced_variant), epochs=self.epochs,
-                           batch_size=self.batch_size, eval_episodes=self.eval_episodes)
+        switched-family union) at this size on ``domain``."""
+        return TrainConfig(model=self.model_config(kind, variant, traced_variant, domain), epochs=self.epochs,
+                           batch_size=self.batch_size, eval_episodes=self.eval_episodes, domain=domain)
 
 
 TABLE3 = Size()
@@ -98,35 +101,36 @@ def cell_inputs(tasks: list[Task], keys: np.ndarray) -> dict:
 
 
 def make_cell(cfg: TrainConfig, keep_params: bool = False):
-    """``cell(item) -> {"accuracy", "efficiency", "distinct_goals": [], "loss", "train_accuracy":
-    [epochs]}``: train ``cfg`` from the item's key on its task, then evaluate it (pure,
-    jittable); ``distinct_goals`` counts the cells that were a goal of a training episode.
+    """``cell(item, env=None) -> {<the domain's metrics>: [], "loss", "train_accuracy": [epochs]}``:
+    train ``cfg`` from the item's key on its task in ``env`` (``train.make_train``), then evaluate
+    it (pure, jittable); the metrics are ``uat_jax.domains``'s (DarkRoom: accuracy, efficiency,
+    plus ``distinct_goals``, the cells that were a goal of a training episode).
     ``keep_params`` adds the trained ``"params"`` (for :func:`make_adapt_cell`)."""
     train = make_train(cfg)
 
-    def cell(item: dict) -> dict:
-        res = train(jax.random.wrap_key_data(item["key"]), item["task"])
-        out = {"accuracy": res.eval.accuracy, "efficiency": res.eval.efficiency,
-               "distinct_goals": distinct_goals(res.goals, cfg.grid_size),
-               "loss": res.loss, "train_accuracy": res.train_accuracy}
+    def cell(item: dict, env=None) -> dict:
+        res = train(jax.random.wrap_key_data(item["key"]), item["task"], env)
+        out = {**res.eval, "loss": res.loss, "train_accuracy": res.train_accuracy}
+        if cfg.domain == "darkroom":
+            out["distinct_goals"] = distinct_goals(res.settings, cfg.grid_size)
         return {**out, "params": res.params} if keep_params else out
 
     return cell
 
 
 def make_adapt_cell(cfg: TrainConfig, methods: dict[str, TentConfig | CottaConfig]):
-    """``cell(item) -> {"accuracy_<name>", "efficiency_<name>": []}`` for each test-time
-    adaptation method (``uat_jax.tta``): the Vanilla-TF ``item["params"]`` that :func:`make_cell`
-    trained from ``item["key"]`` on ``item["task"]``, evaluated while adapting on the episodes
-    its plain evaluation played (the cell's run and evaluation keys, ``train.CellKeys``)."""
+    """``cell(item, env=None) -> {"<metric>_<name>": []}`` for each metric of the domain and each
+    test-time adaptation method (``uat_jax.tta``): the Vanilla-TF ``item["params"]`` that
+    :func:`make_cell` trained from ``item["key"]`` on ``item["task"]``, evaluated while adapting on
+    the episodes its plain evaluation played (the cell's run and evaluation keys, ``train.CellKeys``)."""
     evaluators = {name: make_tta_evaluate(cfg, method) for name, method in methods.items()}
 
-    def cell(item: dict) -> dict:
+    def cell(item: dict, env=None) -> dict:
         keys = CellKeys.of(jax.random.wrap_key_data(item["key"]))
         out = {}
         for name, evaluate in evaluators.items():
-            metrics = evaluate(item["params"], keys.eval, item["task"], keys.run)
-            out[f"accuracy_{name}"], out[f"efficiency_{name}"] = metrics.accuracy, metrics.efficiency
+            metrics = evaluate(item["params"], keys.eval, item["task"], keys.run, env)
+            out.update({f"{metric}_{name}": value for metric, value in metrics.items()})
         return out
 
     return cell

@@ -1,14 +1,19 @@
-"""Causal step-by-step rollout of a policy in DarkRoom, and the Domain A metrics.
+"""Causal step-by-step rollout of a policy in a domain, and the Appendix C.3 metrics.
 
 UAT paper, section 4.3 (rollout-then-optimize; test-time causal inference without
 expert guidance) and Appendix C.3 (metrics). At step t the policy sees o_1..o_t and
 the fed feedback (a_{j-1}, r~_{j-1}) for j <= t through its decode cache; the expert's
 action at the visited state is recorded as the label and never shown to the policy.
+The domain (``uat_jax.domains``: DarkRoom, sepsis) supplies reset, step, expert and what
+the metrics need of each step (``Trajectory.record``).
 
 Readings: training rollouts sample from the policy (on-policy, "akin to on-policy RL");
-evaluation is greedy (argmax). Navigation efficiency is eta = d* / max(t_goal, d*),
-d* the start-goal Manhattan distance and t_goal the number of steps taken when the
-agent first stands on the goal (T if never).
+evaluation is greedy (argmax). Navigation efficiency (DarkRoom) is eta = d* / max(t_goal,
+d*), d* the start-goal Manhattan distance and t_goal the number of steps taken when the
+agent first stands on the goal (T if never). Per-regime accuracy (sepsis) averages over
+the steps acted under each regime; post-shift accuracy over the first ``window`` steps
+of every segment after the first (the step a switch takes effect and the ``window - 1``
+after it; the C.3 "first 5 steps after each switch").
 """
 from __future__ import annotations
 
@@ -16,67 +21,61 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from uat_jax import darkroom
 from uat_jax.feedback import NO_ACTION, FeedbackChannel, corrupt
 from uat_jax.model import DecisionTransformer, DecodeCache, init_cache
 
 
 @struct.dataclass
 class Trajectory:
-    """One episode; every field has leading axis T unless noted."""
+    """One episode; every field has leading axis T (after any batch axes)."""
 
     obs: jax.Array  # [T, obs_dim] o_t, seen before acting at step t
     actions: jax.Array  # [T] int32 a_t chosen by the policy
     rewards: jax.Array  # [T] realised r_t
     fed_rewards: jax.Array  # [T] r~_t, the (possibly corrupted) reward fed to the model
     expert: jax.Array  # [T] int32 expert action at the state of step t
-    d_star: jax.Array  # [] start-goal Manhattan distance
-    t_goal: jax.Array  # [] steps until the goal is first reached (T if never)
+    record: dict  # {name: [T]} the domain's per-step record (``uat_jax.domains``)
 
 
 @struct.dataclass
 class _Carry:
-    state: darkroom.EnvState
+    state: object
     obs: jax.Array
     cache: DecodeCache
     prev_action: jax.Array
     prev_reward: jax.Array
     rewards: jax.Array
-    t_goal: jax.Array
 
 
-def rollout(model: DecisionTransformer, params, key: jax.Array, env: darkroom.EnvParams,
+def rollout(model: DecisionTransformer, params, key: jax.Array, domain, env,
             channel: FeedbackChannel, greedy: jax.Array | bool) -> Trajectory:
-    """One episode of the policy ``params`` in ``env`` (a pure function of ``key``);
-    ``greedy`` (traceable) picks argmax actions instead of sampling."""
+    """One episode of the policy ``params`` in ``domain``'s environment ``env`` (a pure
+    function of ``key``); ``greedy`` (traceable) picks argmax actions instead of sampling."""
     T = env.horizon
     if model.cfg.horizon != T:
         raise ValueError(f"model horizon {model.cfg.horizon} != environment horizon {T}")
     k_reset, k_act, k_env, k_fb = jax.random.split(key, 4)
-    obs, state = darkroom.reset(k_reset, env)
+    obs, state = domain.reset(k_reset, env)
 
     def body(c: _Carry, t: jax.Array):
         logits, cache = model.apply(params, c.obs[None], c.prev_action[None],
                                     c.prev_reward[None], c.cache)
         logits = logits[0]
         sampled = jax.random.categorical(jax.random.fold_in(k_act, t), logits)
-        action = jnp.where(greedy, jnp.argmax(logits), sampled)
-        expert = darkroom.expert_action(c.state.pos, env.goal)
-        obs, state, reward, _, info = darkroom.step(jax.random.fold_in(k_env, t), c.state,
-                                                    action, env)
+        action = jnp.where(greedy, jnp.argmax(logits), sampled).astype(jnp.int32)
+        expert = domain.expert(c.state, env)
+        obs, state, reward, _, info = domain.step(jax.random.fold_in(k_env, t), c.state, action, env)
         rewards = c.rewards.at[t].set(reward)
         fed = corrupt(jax.random.fold_in(k_fb, t), t, rewards, channel)
-        t_goal = jnp.where((c.t_goal == T) & info["at_goal"], t + 1, c.t_goal)
-        out = (c.obs, action.astype(jnp.int32), reward, fed, expert)
-        return _Carry(state, obs, cache, action.astype(jnp.int32), fed, rewards, t_goal), out
+        out = (c.obs, action, reward, fed, expert, domain.record(c.state, info, env))
+        return _Carry(state, obs, cache, action, fed, rewards), out
 
     carry = _Carry(state=state, obs=obs, cache=init_cache(model.cfg),
                    prev_action=jnp.asarray(NO_ACTION, jnp.int32), prev_reward=jnp.zeros(()),
-                   rewards=jnp.zeros(T), t_goal=jnp.asarray(T, jnp.int32))
-    carry, (obs_seq, actions, rewards, fed, expert) = jax.lax.scan(body, carry, jnp.arange(T))
-    return Trajectory(obs=obs_seq, actions=actions, rewards=rewards, fed_rewards=fed,
-                      expert=expert, d_star=darkroom.manhattan(state.pos, env.goal),
-                      t_goal=carry.t_goal)
+                   rewards=jnp.zeros(T))
+    _, (obs_seq, actions, rewards, fed, expert, record) = jax.lax.scan(body, carry, jnp.arange(T))
+    return Trajectory(obs=obs_seq, actions=actions, rewards=rewards, fed_rewards=fed, expert=expert,
+                      record=record)
 
 
 def accuracy(traj: Trajectory) -> jax.Array:
@@ -85,5 +84,33 @@ def accuracy(traj: Trajectory) -> jax.Array:
 
 
 def efficiency(traj: Trajectory) -> jax.Array:
-    """Navigation efficiency eta = d* / max(t_goal, d*) (C.3), averaged over episodes."""
-    return jnp.mean(traj.d_star / jnp.maximum(traj.t_goal, traj.d_star))
+    """Navigation efficiency eta = d* / max(t_goal, d*) (C.3), averaged over episodes;
+    d* is the distance before the first step, t_goal the step count at the first arrival."""
+    at_goal, T = traj.record["at_goal"], traj.actions.shape[-1]
+    t_goal = jnp.where(at_goal.any(-1), jnp.argmax(at_goal, -1) + 1, T)
+    d_star = traj.record["distance"][..., 0]
+    return jnp.mean(d_star / jnp.maximum(t_goal, d_star))
+
+
+def masked_accuracy(traj: Trajectory, mask: jax.Array) -> jax.Array:
+    """Accuracy over the steps where ``mask`` (same shape as the actions) holds (NaN if none)."""
+    hits = (traj.actions == traj.expert) & mask
+    return jnp.sum(hits) / jnp.sum(mask)
+
+
+def regime_accuracy(traj: Trajectory, n_regimes: int) -> jax.Array:
+    """[n_regimes] accuracy over the steps acted under each regime (``record["regime"]``)."""
+    regime = traj.record["regime"]
+    return jax.vmap(lambda k: masked_accuracy(traj, regime == k))(jnp.arange(n_regimes))
+
+
+def post_shift_mask(switched: jax.Array, window: int) -> jax.Array:
+    """True at the steps t with a switch at some t' in [t - window + 1, t] (last axis = time)."""
+    counts = jnp.cumsum(switched.astype(jnp.int32), -1)
+    pad = jnp.zeros(counts.shape[:-1] + (window,), counts.dtype)
+    return (counts - jnp.concatenate([pad, counts], -1)[..., :counts.shape[-1]]) > 0
+
+
+def post_shift_accuracy(traj: Trajectory, window: int) -> jax.Array:
+    """Accuracy over the first ``window`` steps after each regime switch (C.3)."""
+    return masked_accuracy(traj, post_shift_mask(traj.record["switched"], window))

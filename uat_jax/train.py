@@ -1,4 +1,4 @@
-"""Rollout-then-optimize behaviour cloning on DarkRoom (UAT paper, section 4.3, Table 3).
+"""Rollout-then-optimize behaviour cloning on DarkRoom and sepsis (UAT paper, section 4.3, Table 3).
 
 Episodes (our reading of Appendix C.1, see ``uat_jax.schedules``): a training cell owns
 one run of its task's goal schedule (one ``run_key``, drawn from the cell's key, so
@@ -19,9 +19,16 @@ for the utility encoder E (with its action embedding f_a) and the readout W_rho.
 The fixed epoch count replaces the paper's early stopping (max 500 / patience 100),
 which needs a validation loop outside a jitted program.
 
-``make_train(cfg)`` returns a pure ``train(key, task)``: seeds, schedules, feedback
+The domain (``TrainConfig.domain``, ``uat_jax.domains``) decides what an episode of the
+run is: DarkRoom's episodes follow the goal schedule as above; sepsis's episodes are
+i.i.d. (each draws its hidden regime schedule at reset), so "the run's episodes" are
+fresh patients and the schedule of ``Task`` is unused there.
+
+``make_train(cfg)`` returns a pure ``train(key, task, env=None)``: seeds, schedules, feedback
 corruptions and, for a ``traced_variant`` model, the member of the switched family
-(``Task.variant``) are ``jax.vmap``-ed over (key, task) in one program.
+(``Task.variant``) are ``jax.vmap``-ed over (key, task) in one program; ``env`` (the
+domain's environment parameters, default DarkRoom's of ``grid_size``; required for sepsis,
+whose tables it carries) is one argument every cell reads.
 """
 from __future__ import annotations
 
@@ -32,12 +39,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct, traverse_util
 
-from uat_jax import darkroom
+from uat_jax import darkroom, domains
 from uat_jax.config import SWITCHED, ModelConfig
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_params, sequence_logits
-from uat_jax.rollout import Trajectory, accuracy, efficiency, rollout
-from uat_jax.schedules import SCHEDULES, goal_at
+from uat_jax.rollout import Trajectory, rollout
+from uat_jax.schedules import SCHEDULES
 
 UE_MODULES = ("utility_encoder", "regime_readout")
 
@@ -54,9 +61,14 @@ class TrainConfig:
     weight_decay: float = 1e-5
     grad_clip: float = 1.0
     eval_episodes: int = 256
-    grid_size: int = 10
+    grid_size: int = 10  # DarkRoom only
+    domain: str = "darkroom"  # a name of uat_jax.domains.DOMAINS
 
     def __post_init__(self) -> None:
+        env = domains.get(self.domain)
+        if (self.model.obs_dim, self.model.n_actions) != (env.obs_dim, env.n_actions):
+            raise ValueError(f"the {self.domain} domain has obs_dim {env.obs_dim} and n_actions {env.n_actions}, "
+                             f"got model.obs_dim {self.model.obs_dim} and model.n_actions {self.model.n_actions}")
         for name in ("epochs", "batch_size", "eval_episodes", "lr", "ue_lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -92,12 +104,6 @@ class Task:
 
 
 @struct.dataclass
-class EvalMetrics:
-    accuracy: jax.Array  # [] per-step accuracy against the oracle action
-    efficiency: jax.Array  # [] navigation efficiency
-
-
-@struct.dataclass
 class TrainState:
     params: dict
     opt_state: optax.OptState
@@ -108,8 +114,8 @@ class TrainResult:
     params: dict
     loss: jax.Array  # [epochs] training cross-entropy
     train_accuracy: jax.Array  # [epochs] argmax of the parallel pass vs the expert
-    goals: jax.Array  # [epochs, B, 2] int32 goal of every training episode
-    eval: EvalMetrics  # greedy causal inference on the run's episodes after training
+    settings: jax.Array  # [epochs, B, ...] every training episode's setting (DarkRoom: its goal [2])
+    eval: dict  # the domain's metrics of greedy causal inference on the run's episodes after training
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
@@ -137,17 +143,31 @@ def eval_episodes(cfg: TrainConfig) -> jax.Array:
     return cfg.epochs * cfg.batch_size + jnp.arange(cfg.eval_episodes)
 
 
-def episode_goals(cfg: TrainConfig, task: Task, run_key: jax.Array, episodes: jax.Array) -> jax.Array:
-    """Goals [n, 2] of ``episodes`` [n] of the run ``run_key`` under the task's schedule."""
-    return jax.vmap(lambda e: goal_at(task.schedule, run_key, e, cfg.grid_size))(episodes)
+def default_env(cfg: TrainConfig, env=None):
+    """``env``, checked against the domain, or DarkRoom's of ``grid_size`` and the model's horizon."""
+    domain = domains.get(cfg.domain)
+    if env is None:
+        if cfg.domain != "darkroom":
+            raise ValueError(f"the {cfg.domain} domain needs its environment parameters (env=...)")
+        env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=cfg.grid_size, horizon=cfg.model.horizon)
+    domains.check_env(domain, env)
+    return env
 
 
-def batch_rollout(cfg: TrainConfig, model, params, keys: jax.Array, channel: FeedbackChannel, goals: jax.Array,
-                  greedy: bool) -> Trajectory:
-    """One episode per goal of ``goals`` [B, 2], episode ``b`` played from ``keys[b]``."""
-    env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=cfg.grid_size,
-                             horizon=cfg.model.horizon)
-    return jax.vmap(lambda g, k: rollout(model, params, k, env.replace(goal=g), channel, greedy))(goals, keys)
+def episode_settings(cfg: TrainConfig, task: Task, run_key: jax.Array, episodes: jax.Array, env=None) -> jax.Array:
+    """Settings [n, ...] of ``episodes`` [n] of the run ``run_key`` (DarkRoom: goals [n, 2] under
+    the task's schedule; ``uat_jax.domains``)."""
+    domain, env = domains.get(cfg.domain), default_env(cfg, env)
+    return jax.vmap(lambda e: domain.setting(env, task, run_key, e))(episodes)
+
+
+def batch_rollout(cfg: TrainConfig, model, params, keys: jax.Array, channel: FeedbackChannel, settings: jax.Array,
+                  greedy: bool, env=None) -> Trajectory:
+    """One episode per setting of ``settings`` [B, ...] (DarkRoom: goals [B, 2]), episode ``b``
+    played from ``keys[b]`` in ``env`` (:func:`default_env`) with that setting."""
+    domain, env = domains.get(cfg.domain), default_env(cfg, env)
+    return jax.vmap(lambda s, k: rollout(model, params, k, domain, domain.with_setting(env, s), channel, greedy))(
+        settings, keys)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -164,15 +184,17 @@ def task_model(cfg: ModelConfig, task: Task) -> DecisionTransformer:
 
 
 def make_evaluate(cfg: TrainConfig):
-    """``evaluate(params, key, task, run_key) -> EvalMetrics``: greedy causal inference on
-    the ``eval_episodes`` episodes of the run ``run_key`` that follow training."""
+    """``evaluate(params, key, task, run_key, env=None) -> metrics``: the domain's metrics
+    (``uat_jax.domains``) of greedy causal inference on the ``eval_episodes`` episodes of
+    the run ``run_key`` that follow training."""
+    domain = domains.get(cfg.domain)
 
-    def evaluate(params, key, task: Task, run_key) -> EvalMetrics:
+    def evaluate(params, key, task: Task, run_key, env=None) -> dict:
         model = task_model(cfg.model, task)
-        goals = episode_goals(cfg, task, run_key, eval_episodes(cfg))
-        traj = batch_rollout(cfg, model, params, jax.random.split(key, goals.shape[0]), task.channel, goals,
-                             greedy=True)
-        return EvalMetrics(accuracy=accuracy(traj), efficiency=efficiency(traj))
+        settings = episode_settings(cfg, task, run_key, eval_episodes(cfg), env)
+        traj = batch_rollout(cfg, model, params, jax.random.split(key, settings.shape[0]), task.channel, settings,
+                             greedy=True, env=env)
+        return domain.metrics(traj)
 
     return evaluate
 
@@ -193,11 +215,11 @@ class CellKeys:
 
 
 def make_train(cfg: TrainConfig):
-    """``train(key, task) -> TrainResult``, pure and jittable (see module docstring)."""
+    """``train(key, task, env=None) -> TrainResult``, pure and jittable (see module docstring)."""
     optimizer = make_optimizer(cfg)
     evaluate = make_evaluate(cfg)
 
-    def train(key, task: Task) -> TrainResult:
+    def train(key, task: Task, env=None) -> TrainResult:
         model = task_model(cfg.model, task)
 
         def loss_fn(params, traj: Trajectory, dropout_key):
@@ -212,16 +234,17 @@ def make_train(cfg: TrainConfig):
 
         def epoch(state: TrainState, i):
             k_roll, k_drop = jax.random.split(jax.random.fold_in(k_epochs, i))
-            goals = episode_goals(cfg, task, run_key, train_episodes(cfg, i))
+            settings = episode_settings(cfg, task, run_key, train_episodes(cfg, i), env)
             traj = batch_rollout(cfg, model, jax.lax.stop_gradient(state.params),
-                                 jax.random.split(k_roll, cfg.batch_size), task.channel, goals, greedy=False)
+                                 jax.random.split(k_roll, cfg.batch_size), task.channel, settings, greedy=False,
+                                 env=env)
             (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, traj, k_drop)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            return TrainState(optax.apply_updates(state.params, updates), opt_state), (loss, acc, goals)
+            return TrainState(optax.apply_updates(state.params, updates), opt_state), (loss, acc, settings)
 
         state = TrainState(params, optimizer.init(params))
-        state, (loss, acc, goals) = jax.lax.scan(epoch, state, jnp.arange(cfg.epochs))
-        return TrainResult(params=state.params, loss=loss, train_accuracy=acc, goals=goals,
-                           eval=evaluate(state.params, keys.eval, task, run_key))
+        state, (loss, acc, settings) = jax.lax.scan(epoch, state, jnp.arange(cfg.epochs))
+        return TrainResult(params=state.params, loss=loss, train_accuracy=acc, settings=settings,
+                           eval=evaluate(state.params, keys.eval, task, run_key, env))
 
     return train

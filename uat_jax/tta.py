@@ -70,8 +70,9 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from uat_jax.model import DecisionTransformer, sequence_logits
-from uat_jax.rollout import Trajectory, accuracy, efficiency
-from uat_jax.train import EvalMetrics, Task, TrainConfig, batch_rollout, episode_goals, eval_episodes, task_model
+from uat_jax import domains
+from uat_jax.rollout import Trajectory
+from uat_jax.train import Task, TrainConfig, batch_rollout, episode_settings, eval_episodes, task_model
 
 NORM_LAYERS = ("embed_norm", "ln_attn", "ln_ff", "final_norm")
 """The LayerNorms of ``model.DecisionTransformer`` whose scale and bias TENT adapts."""
@@ -237,7 +238,7 @@ def adaptation_keys(key: jax.Array, cfg: TrainConfig, n_batches: int) -> jax.Arr
 
 
 def make_tta_stream(cfg: TrainConfig, method: TentConfig | CottaConfig):
-    """``stream(params, key, task, run_key) -> (state, traj)``: ``method`` run online over the
+    """``stream(params, key, task, run_key, env=None) -> (state, traj)``: ``method`` run online over the
     evaluation stream (module docstring). ``traj`` holds the ``eval_episodes`` greedy episodes
     in stream order; ``state`` is the final adaptation state, TENT's (params, opt_state) or a
     :class:`CottaState`. Pure, jittable and vmappable."""
@@ -260,30 +261,31 @@ def make_tta_stream(cfg: TrainConfig, method: TentConfig | CottaConfig):
         predictor = lambda state: state.teacher
         adapt = lambda model, state, traj, key: cotta_update(model, state, traj, key, optimizer, method)
 
-    def stream(params, key, task: Task, run_key):
+    def stream(params, key, task: Task, run_key, env=None):
         model = task_model(cfg.model, task)
-        goals = episode_goals(cfg, task, run_key, eval_episodes(cfg)).reshape(n_batches, size, 2)
+        settings = episode_settings(cfg, task, run_key, eval_episodes(cfg), env)
+        settings = settings.reshape((n_batches, size) + settings.shape[1:])
         keys = jax.random.split(key, cfg.eval_episodes).reshape(n_batches, size)
 
         def batch(state, xs):
-            goals_b, keys_b, key_b = xs
-            traj = batch_rollout(cfg, model, predictor(state), keys_b, task.channel, goals_b, greedy=True)
+            settings_b, keys_b, key_b = xs
+            traj = batch_rollout(cfg, model, predictor(state), keys_b, task.channel, settings_b, greedy=True,
+                                 env=env)
             return adapt(model, state, traj, key_b), traj
 
-        state, traj = jax.lax.scan(batch, init(params), (goals, keys, adaptation_keys(key, cfg, n_batches)))
+        state, traj = jax.lax.scan(batch, init(params), (settings, keys, adaptation_keys(key, cfg, n_batches)))
         return state, jax.tree.map(lambda x: x.reshape((cfg.eval_episodes,) + x.shape[2:]), traj)
 
     return stream
 
 
 def make_tta_evaluate(cfg: TrainConfig, method: TentConfig | CottaConfig):
-    """``evaluate(params, key, task, run_key) -> EvalMetrics``, the signature of
+    """``evaluate(params, key, task, run_key, env=None) -> metrics``, the signature of
     ``train.make_evaluate(cfg)``'s function: the metrics of :func:`make_tta_stream`'s
     episodes, so adaptation helps only the later batches; pure, jittable and vmappable."""
-    stream = make_tta_stream(cfg, method)
+    stream, domain = make_tta_stream(cfg, method), domains.get(cfg.domain)
 
-    def evaluate(params, key, task: Task, run_key) -> EvalMetrics:
-        traj = stream(params, key, task, run_key)[1]
-        return EvalMetrics(accuracy=accuracy(traj), efficiency=efficiency(traj))
+    def evaluate(params, key, task: Task, run_key, env=None) -> dict:
+        return domain.metrics(stream(params, key, task, run_key, env)[1])
 
     return evaluate

@@ -11,6 +11,7 @@ from tests.uat_jax.conftest import tiny
 from tests.uat_jax.test_darkroom import np_step
 from tests.uat_jax.test_model import random_params
 from uat_jax import darkroom
+from uat_jax.domains import DARKROOM
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer, sequence_logits
 from uat_jax.rollout import accuracy, efficiency, rollout
@@ -32,7 +33,7 @@ def _policy():
     model = DecisionTransformer(tiny("uat", horizon=H))
     params = random_params(model, 2)
     env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=5, horizon=H)
-    run = jax.jit(jax.vmap(lambda k, g, greedy: rollout(model, params, k, env.replace(goal=g),
+    run = jax.jit(jax.vmap(lambda k, g, greedy: rollout(model, params, k, DARKROOM, env.replace(goal=g),
                                                         FeedbackChannel.make("clean"), greedy),
                            in_axes=(0, 0, None)))
     return model, params, run
@@ -49,7 +50,7 @@ def test_rollout_replays_in_numpy_and_metrics_match():
                   and np.array_equal(walls, [[float(not (0 <= r + dr < 5 and 0 <= c + dc < 5))
                                               for dc in (-1, 0, 1)] for dr in (-1, 0, 1)])
                   and int(darkroom.expert_action(jnp.array([r, c]), jnp.array(goal))) == int(traj.expert[b, 0])
-                  and abs(r - goal[0]) + abs(c - goal[1]) == int(traj.d_star[b])]
+                  and abs(r - goal[0]) + abs(c - goal[1]) == int(traj.record["distance"][b, 0])]
         ok = False
         for start in starts:  # exactly the true start replays every label and reward
             pos, t_goal, good = start, H, True
@@ -63,8 +64,8 @@ def test_rollout_replays_in_numpy_and_metrics_match():
                 ok = True
                 break
         assert ok, f"episode {b} does not replay"
-        assert t_goal == int(traj.t_goal[b])
-        etas.append(int(traj.d_star[b]) / max(t_goal, int(traj.d_star[b])))
+        d_star = abs(start[0] - goal[0]) + abs(start[1] - goal[1])
+        etas.append(d_star / max(t_goal, d_star))
         hits.append(np.mean(np.asarray(traj.actions[b]) == np.asarray(traj.expert[b])))
     np.testing.assert_allclose(efficiency(traj), np.mean(etas), rtol=1e-6)
     np.testing.assert_allclose(accuracy(traj), np.mean(hits), rtol=1e-6)
@@ -123,7 +124,7 @@ def test_tiny_training_run_is_seed_independent_under_vmap():
     for x, y in zip(jax.tree.leaves((a.loss, a.eval, a.params)), jax.tree.leaves((b.loss, b.eval, b.params))):
         np.testing.assert_array_equal(x[0], y[0])
     assert not np.array_equal(a.loss[1], b.loss[1])
-    assert 0.0 <= float(a.eval.accuracy[0]) <= 1.0 and 0.0 <= float(a.eval.efficiency[0]) <= 1.0
+    assert 0.0 <= float(a.eval["accuracy"][0]) <= 1.0 and 0.0 <= float(a.eval["efficiency"][0]) <= 1.0
 
 
 @pytest.mark.parametrize("kind", ["dt", "gtrxl"])
@@ -137,4 +138,4 @@ def test_tiny_training_run_of_the_full_size_only_baselines(kind):
     loss = np.asarray(out.loss)
     assert loss.shape == (30,) and np.isfinite(loss).all()
     assert loss[-5:].mean() < loss[:5].mean()
-    assert 0.0 <= float(out.eval.accuracy) <= 1.0 and 0.0 <= float(out.eval.efficiency) <= 1.0
+    assert 0.0 <= float(out.eval["accuracy"]) <= 1.0 and 0.0 <= float(out.eval["efficiency"]) <= 1.0

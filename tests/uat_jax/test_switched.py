@@ -97,7 +97,7 @@ def test_union_program_trains_each_member_as_alone():
         alone_cfg = TrainConfig(model=member(UNION, name), epochs=3, batch_size=2, eval_episodes=2, grid_size=4)
         alone = jax.jit(make_train(alone_cfg)).lower(key, Task.make("abrupt")).compile(FAST)(key, Task.make("abrupt"))
         np.testing.assert_allclose(union.loss[i], alone.loss, rtol=1e-5, err_msg=name)
-        np.testing.assert_array_equal(union.eval.accuracy[i], alone.eval.accuracy, err_msg=name)
+        np.testing.assert_array_equal(union.eval["accuracy"][i], alone.eval["accuracy"], err_msg=name)
         for path, value in traverse_util.flatten_dict(alone.params).items():
             if path[-2:] != ("W_K", "bias"):
                 np.testing.assert_allclose(flat[path][i], value, rtol=1e-4, atol=1e-6, err_msg=f"{name} {path}")

@@ -15,7 +15,7 @@ from uat_jax.cells import stack_tasks
 from uat_jax.config import SWITCHED
 from uat_jax.model import DecisionTransformer, sequence_logits
 from uat_jax.rollout import Trajectory, accuracy
-from uat_jax.train import Task, TrainConfig, batch_rollout, episode_goals, eval_episodes, make_evaluate
+from uat_jax.train import Task, TrainConfig, batch_rollout, episode_settings, eval_episodes, make_evaluate
 from uat_jax.tta import (CottaConfig, CottaState, TentConfig, augment,
                          batch_logits, cotta_update, make_tta_evaluate, make_tta_stream, norm_mask, prediction_entropy,
                          pseudo_labels, stochastic_restore, teacher_ema, tent_update, tta_optimizer)
@@ -39,7 +39,7 @@ def batch() -> Trajectory:
     return Trajectory(obs=(rng.random((B, T, 10)) < 0.4).astype(np.float32),
                       actions=rng.integers(0, 5, (B, T)).astype(np.int32), rewards=np.zeros((B, T), np.float32),
                       fed_rewards=rng.normal(size=(B, T)).astype(np.float32), expert=np.zeros((B, T), np.int32),
-                      d_star=np.ones(B, np.int32), t_goal=np.full(B, T, np.int32))
+                      record={})
 
 
 def softmax(x):
@@ -113,8 +113,8 @@ def test_tent_at_lr_zero_replays_make_evaluate():
     """TENT at lr = 0: every batch is played by the source parameters on the episodes,
     goals and keys of make_evaluate, so the metrics are exactly its own."""
     got = jax.jit(make_tta_evaluate(CFG, TentConfig(lr=0.0, batch_size=2)))(*cell(0))
-    np.testing.assert_array_equal(got.accuracy, plain_metrics().accuracy[0])
-    np.testing.assert_array_equal(got.efficiency, plain_metrics().efficiency[0])
+    np.testing.assert_array_equal(got["accuracy"], plain_metrics()["accuracy"][0])
+    np.testing.assert_array_equal(got["efficiency"], plain_metrics()["efficiency"][0])
 
 
 def test_cotta_with_a_frozen_teacher_replays_make_evaluate_vmapped():
@@ -123,8 +123,8 @@ def test_cotta_with_a_frozen_teacher_replays_make_evaluate_vmapped():
     vmapped pair of cells (params, key, task, run_key)."""
     method = CottaConfig(lr=0.3, batch_size=2, ema_decay=1.0, restore_prob=0.5, n_augment=2)
     got, want = run_stream(make_tta_evaluate(CFG, method)), plain_metrics()
-    np.testing.assert_array_equal(got.accuracy, want.accuracy)
-    np.testing.assert_array_equal(got.efficiency, want.efficiency)
+    np.testing.assert_array_equal(got["accuracy"], want["accuracy"])
+    np.testing.assert_array_equal(got["efficiency"], want["efficiency"])
 
 
 def test_tent_carries_its_adaptation_over_the_stream_as_a_python_loop():
@@ -134,7 +134,7 @@ def test_tent_carries_its_adaptation_over_the_stream_as_a_python_loop():
     method = TentConfig(lr=0.3, batch_size=2)
     params, key, task, run_key = cell(0)
     n = CFG.eval_episodes // method.batch_size
-    goals = episode_goals(CFG, task, run_key, eval_episodes(CFG)).reshape(n, method.batch_size, 2)
+    goals = episode_settings(CFG, task, run_key, eval_episodes(CFG)).reshape(n, method.batch_size, 2)
     keys = jax.random.split(key, CFG.eval_episodes).reshape(n, method.batch_size)
     optimizer = tta_optimizer(method)
     play = jax.jit(lambda p, k, g: batch_rollout(CFG, MODEL, p, k, task.channel, g, greedy=True))
@@ -147,7 +147,7 @@ def test_tent_carries_its_adaptation_over_the_stream_as_a_python_loop():
     got_state, got_traj = jax.jit(make_tta_stream(CFG, method))(params, key, task, run_key)
     jax.tree.map(np.testing.assert_array_equal, got_traj, traj)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got_state, state)
-    assert float(accuracy(traj)) != float(plain_metrics().accuracy[0])  # the adaptation changed the play
+    assert float(accuracy(traj)) != float(plain_metrics()["accuracy"][0])  # the adaptation changed the play
 
 
 def test_teacher_ema_matches_numpy(rng):

@@ -12,6 +12,7 @@ from tests.uat_jax.conftest import tiny
 from tests.uat_jax.test_model import random_params
 from uat_jax import darkroom, schedules
 from uat_jax import train as train_mod
+from uat_jax.domains import DARKROOM
 from uat_jax.feedback import NO_ACTION, FeedbackChannel
 from uat_jax.model import DecisionTransformer
 from uat_jax.rollout import Trajectory, rollout
@@ -39,7 +40,7 @@ def _probe_rollout(name, sigma=0.0, seed=0):
     seen = []
     model = _ProbeModel(tiny("uat", horizon=H), seen)
     env = darkroom.EnvParams(goal=jnp.array([4, 2], jnp.int32), size=SIZE, horizon=H)
-    traj = rollout(model, None, jax.random.key(seed), env, FeedbackChannel.make(name, sigma), True)
+    traj = rollout(model, None, jax.random.key(seed), DARKROOM, env, FeedbackChannel.make(name, sigma), True)
     jax.block_until_ready(traj)
     jax.effects_barrier()
     assert [s for s, _, _ in seen] == list(range(H))
@@ -86,14 +87,14 @@ def _spy_on_goals(monkeypatch, record, fake=False):
     """Records (greedy, goal) of every rollout; ``fake`` skips the model (a constant episode)."""
     real = train_mod.rollout
 
-    def spy(model, params, key, env, channel, greedy):
+    def spy(model, params, key, domain, env, channel, greedy):
         jax.debug.callback(lambda g: record.append((bool(greedy), tuple(int(x) for x in np.asarray(g)))), env.goal)
         if fake:
             T = env.horizon
             return Trajectory(obs=jnp.zeros((T, darkroom.OBS_DIM)), actions=jnp.zeros(T, jnp.int32),
                               rewards=jnp.zeros(T), fed_rewards=jnp.zeros(T), expert=jnp.zeros(T, jnp.int32),
-                              d_star=jnp.ones((), jnp.int32), t_goal=jnp.asarray(T, jnp.int32))
-        return real(model, params, key, env, channel, greedy)
+                              record={"distance": jnp.ones(T, jnp.int32), "at_goal": jnp.zeros(T, bool)})
+        return real(model, params, key, domain, env, channel, greedy)
 
     monkeypatch.setattr(train_mod, "rollout", spy)
 
@@ -120,7 +121,7 @@ def test_training_follows_one_run_of_the_schedule_in_episode_order(monkeypatch):
         jax.block_until_ready(result)
         jax.effects_barrier()
         expected = _expected_goals(name, run_key, range(E * B))
-        got = [tuple(g) for g in np.asarray(result.goals).reshape(-1, 2).tolist()]
+        got = [tuple(g) for g in np.asarray(result.settings).reshape(-1, 2).tolist()]
         assert got == expected, name  # the recorded training goals, in episode order
         # ... are the goals the rollouts were played on, and evaluation continues the same run
         assert collections.Counter(g for greedy, g in record if not greedy) == collections.Counter(expected), name
@@ -145,7 +146,7 @@ def test_batch_rollout_plays_each_given_goal(monkeypatch):
 
     @jax.jit
     def run(task):
-        goals = train_mod.episode_goals(CFG, task, run_key, episodes)
+        goals = train_mod.episode_settings(CFG, task, run_key, episodes)
         return goals, batch_rollout(CFG, model, params, jax.random.split(jax.random.key(9), goals.shape[0]), task.channel, goals,
                                     greedy=False)
 

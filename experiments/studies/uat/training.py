@@ -1,11 +1,14 @@
-"""Training shared by the UAT studies (``uat.darkroom``, ``uat.ablation``, ``uat.boundary``): not a study itself.
+"""Training shared by the UAT studies (``uat.darkroom``, ``uat.ablation``, ``uat.boundary``, ``uat.sepsis``):
+not a study itself.
 
 :func:`train_models` compiles one program per distinct model structure: the members of
 the switched family (``uat_jax.config.SWITCHED``: UAT, its Table 4 ablations and
 Vanilla-TF) that a study trains share one ``traced_variant`` program, the member being
 an array leaf of each task; every other kind (A-DT, DT-style, GTrXL) is its own program.
 Test-time adaptation baselines (TENT, CoTTA: ``uat_jax.tta``) adapt the trained
-Vanilla-TF cells in one further program (``adapt``).
+Vanilla-TF cells in one further program (``adapt``). A domain other than DarkRoom
+(``uat_jax.domains``) passes its environment parameters ``env``: one replicated argument of
+every program (``sweep_map(shared=env)``), fingerprinted by content.
 """
 from __future__ import annotations
 
@@ -19,40 +22,40 @@ from uat_jax.train import Task
 
 
 def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
-               stream: int, keep_params: bool = False) -> dict:
+               stream: int, keep_params: bool = False, env=None) -> dict:
     """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep:
     outputs [tasks, seeds, ...] (``"params"`` too, flat over tasks x seeds, with ``keep_params``)."""
     out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg, keep_params),
                            cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)),
-                           labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"])
+                           labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"], shared=env)
     params = out.pop("params", None)
     grid = cells.split_cells(out, len(tasks))
     return grid if params is None else {**grid, "params": params}
 
 
 def adapt_grid(ctx: RunContext, name: str, train_cfg, params, tasks: list[Task], labels: list[str],
-               num_seeds: int, stream: int, methods: dict) -> dict[str, dict]:
+               num_seeds: int, stream: int, methods: dict, env=None) -> dict[str, dict]:
     """Each test-time adaptation method of ``methods`` on the Vanilla-TF cells ``params`` (flat over
     ``tasks`` x seeds, as :func:`train_grid` keeps them) in one checkpointed program:
-    ``{method: {"accuracy", "efficiency": [tasks, seeds]}}``."""
+    ``{method: {<the domain's metrics>: [tasks, seeds]}}``."""
     items = {**cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)), "params": params}
     out = seeds.train_grid(ctx, name, cells.make_adapt_cell(train_cfg, methods), items,
-                           labels=labels, num_seeds=num_seeds)
+                           labels=labels, num_seeds=num_seeds, shared=env)
     grid = cells.split_cells(out, len(tasks))
-    return {m: {k: grid[f"{k}_{m}"] for k in ("accuracy", "efficiency")} for m in methods}
+    return {m: {k.removesuffix(f"_{m}"): v for k, v in grid.items() if k.endswith(f"_{m}")} for m in methods}
 
 
 def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, list[Task]],
                  labels: dict[str, list[str]], num_seeds: int, stream: int,
-                 adapt: dict | None = None) -> dict[str, dict]:
+                 adapt: dict | None = None, domain: str = "darkroom", env=None) -> dict[str, dict]:
     """Every model of ``runs`` (a kind of ``KINDS`` or a member of ``SWITCHED``) on its tasks
     x seeds: ``{model: outputs [tasks, seeds, ...]}``. Two or more switched-family members
     train as one program ``name``; any other model as its own program ``name_<model>``.
     Seed ``s`` is the same key in every program, so each member computes what it would
     alone (``uat_jax.model``: the traced union runs a member exactly as the static one).
     ``adapt`` ({name: ``uat_jax.tta`` config}, needs ``"vt"`` in ``runs``) adds one entry per
-    method, ``{"accuracy", "efficiency": [tasks, seeds]}``: the trained Vanilla-TF cells
-    adapted at test time (program ``name_tta``)."""
+    method, ``{<the domain's metrics>: [tasks, seeds]}``: the trained Vanilla-TF cells
+    adapted at test time (program ``name_tta``). ``domain`` and its ``env``: see the module docstring."""
     if adapt and "vt" not in runs:
         raise ValueError(f"test-time adaptation {sorted(adapt)} adapts the Vanilla-TF: runs must include 'vt'")
     family = [m for m in runs if m in SWITCHED]
@@ -61,9 +64,9 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
     out, cfgs = {}, {}
     if family:
         tasks = [t.with_variant(m) for m in family for t in runs[m]]
-        cfgs.update({m: size.train_config(traced_variant=True) for m in family})
+        cfgs.update({m: size.train_config(traced_variant=True, domain=domain) for m in family})
         grid = train_grid(ctx, name, cfgs[family[0]], tasks,
-                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep)
+                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep, env)
         params, start = grid.pop("params", None), 0
         for m in family:
             out[m] = {k: v[start:start + len(runs[m])] for k, v in grid.items()}
@@ -72,10 +75,12 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
                 out[m]["params"] = jax.tree.map(lambda p, rows=rows: p[rows], params)
             start += len(runs[m])
     for m in (m for m in runs if m not in family):
-        cfgs[m] = size.train_config(m) if m in KINDS else size.train_config("uat", m)
-        out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, keep and m == "vt")
+        cfgs[m] = (size.train_config(m, domain=domain) if m in KINDS
+                   else size.train_config("uat", m, domain=domain))
+        out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, keep and m == "vt",
+                            env)
     if adapt:
         vt_tasks = [t.with_variant("vt") for t in runs["vt"]] if "vt" in family else runs["vt"]
         out.update(adapt_grid(ctx, f"{name}_tta", cfgs["vt"], out["vt"].pop("params"), vt_tasks, labels["vt"],
-                              num_seeds, stream, adapt))
+                              num_seeds, stream, adapt, env))
     return {m: out[m] for m in (*runs, *(adapt or {}))}

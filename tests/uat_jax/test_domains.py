@@ -1,0 +1,85 @@
+"""The domain layer (uat_jax.domains) and the sepsis metrics of uat_jax.rollout against numpy loops."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.uat_jax.conftest import tiny
+from tests.uat_jax.test_model import random_params
+from tests.uat_jax.test_sepsis import tiny_params
+from uat_jax import domains, sepsis
+from uat_jax.cells import Size
+from uat_jax.feedback import FeedbackChannel
+from uat_jax.model import DecisionTransformer
+from uat_jax.rollout import Trajectory, post_shift_accuracy, post_shift_mask, regime_accuracy, rollout
+from uat_jax.train import Task, TrainConfig, default_env, make_evaluate
+
+
+def np_post_shift(switched, window):
+    out = np.zeros_like(switched)
+    for b in range(switched.shape[0]):
+        for t in range(switched.shape[1]):
+            for s in range(max(0, t - window + 1), t + 1):
+                out[b, t] |= switched[b, s]
+    return out
+
+
+def traj_of(actions, expert, record):
+    z = np.zeros(actions.shape, np.float32)
+    return Trajectory(obs=z[..., None], actions=actions, rewards=z, fed_rewards=z, expert=expert,
+                              record=record)
+
+
+def test_post_shift_mask_is_the_window_after_each_switch(rng):
+    switched = rng.random((5, 40)) < 0.1
+    for window in (1, 3, 5):
+        np.testing.assert_array_equal(post_shift_mask(jnp.asarray(switched), window),
+                                      np_post_shift(switched, window))
+    hand = np.zeros((1, 12), bool)
+    hand[0, [3, 9]] = True  # switches at steps 3 and 9: steps 3..7 and 9..11 are post-shift at window 5
+    assert np.flatnonzero(post_shift_mask(jnp.asarray(hand), 5)[0]).tolist() == [3, 4, 5, 6, 7, 9, 10, 11]
+
+
+def test_regime_and_post_shift_accuracy_match_numpy_loops(rng):
+    B, T = 4, 30
+    actions, expert = rng.integers(0, 3, (B, T)), rng.integers(0, 3, (B, T))
+    regime, switched = rng.integers(0, 3, (B, T)), rng.random((B, T)) < 0.15
+    traj = traj_of(actions, expert, {"regime": regime, "switched": switched})
+    hits = actions == expert
+    want = [hits[regime == k].mean() for k in range(3)]
+    np.testing.assert_allclose(regime_accuracy(traj, 3), want, rtol=1e-6)
+    mask = np_post_shift(switched, 5)
+    np.testing.assert_allclose(post_shift_accuracy(traj, 5), hits[mask].mean(), rtol=1e-6)
+    metrics = domains.SEPSIS.metrics(traj)
+    assert metrics["accuracy_vasopressor_dependent"] == pytest.approx(want[1], rel=1e-6)
+    assert metrics["accuracy"] == pytest.approx(hits.mean(), rel=1e-6)
+
+
+def test_sepsis_rollout_records_the_schedule_and_labels_the_regime_expert(rng):
+    env = tiny_params(rng, min_segments=2, max_segments=3, min_segment_len=2, horizon=8)
+    model = DecisionTransformer(tiny("uat", obs_dim=2, horizon=8))
+    params = random_params(model, 3)
+    keys = jax.random.split(jax.random.key(4), 6)
+    traj = jax.jit(jax.vmap(lambda k: rollout(model, params, k, domains.SEPSIS, env,
+                                                      FeedbackChannel.make("clean"), True)))(keys)
+    schedules = jax.vmap(lambda k: sepsis.reset(jax.random.split(k, 4)[0], env)[1].schedule)(keys)
+    np.testing.assert_array_equal(traj.record["regime"], schedules)
+    np.testing.assert_array_equal(traj.expert, np.asarray(sepsis.EXPERT_CLUSTER)[np.asarray(schedules)])
+    switched = np.concatenate([np.zeros((6, 1), bool), np.diff(np.asarray(schedules), axis=1) != 0], 1)
+    np.testing.assert_array_equal(traj.record["switched"], switched)
+    assert switched.any()
+
+
+def test_domain_configs_check_their_inputs():
+    with pytest.raises(ValueError, match="domain must be one of"):
+        domains.get("mujoco")
+    with pytest.raises(ValueError, match="obs_dim 20"):
+        TrainConfig(model=tiny("uat"), domain="sepsis")
+    cfg = Size(d_model=8, n_heads=2, d_ff=8, n_layers=1, horizon=90, batch_size=2, epochs=1,
+               eval_episodes=2).train_config("vt", domain="sepsis")
+    assert (cfg.model.obs_dim, cfg.model.n_actions) == (sepsis.OBS_DIM, sepsis.N_ACTIONS)
+    with pytest.raises(ValueError, match="needs its environment parameters"):
+        default_env(cfg)
+    with pytest.raises(ValueError, match="needs a uat_jax.sepsis.EnvParams"):
+        make_evaluate(cfg)(None, jax.random.key(0), Task.make("abrupt"), jax.random.key(1),
+                           default_env(TrainConfig()))
