@@ -48,6 +48,7 @@ class Size:
     eval_episodes: int = 256
     ema_decay: float = 0.7  # of the regime state (Table 3; the Figure 5 sensitivity sweeps it)
     d_u: int = 16  # utility dimension (Table 3; swept in Figure 5)
+    dropout: float = 0.05  # Table 3: 0.05 in Domain A, 0.2 in Domain B
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_layers", "horizon", "batch_size", "epochs", "eval_episodes",
@@ -59,6 +60,8 @@ class Size:
             raise ValueError(f"size.d_model must be a multiple of size.n_heads = {self.n_heads}, got {self.d_model}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"size.ema_decay must be in [0, 1), got {self.ema_decay!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"size.dropout must be in [0, 1), got {self.dropout!r}")
 
     def model_config(self, kind: str = "uat", variant: str | None = None,
                      traced_variant: bool = False, domain: str = "darkroom") -> ModelConfig:
@@ -68,7 +71,8 @@ class Size:
         env = domains.get(domain)
         model = ModelConfig(kind=kind, obs_dim=env.obs_dim, n_actions=env.n_actions, d_model=self.d_model,
                             n_heads=self.n_heads, d_ff=self.d_ff, n_layers=self.n_layers, horizon=self.horizon,
-                            ema_decay=self.ema_decay, d_u=self.d_u, traced_variant=traced_variant)
+                            ema_decay=self.ema_decay, d_u=self.d_u, dropout=self.dropout,
+                            traced_variant=traced_variant)
         return model if variant is None else ablation(model, variant)
 
     def train_config(self, kind: str = "uat", variant: str | None = None,

@@ -19,15 +19,16 @@ def test_table3_size_builds_the_paper_configs_and_ablations():
 
 
 def test_size_carries_the_sensitivity_knobs_into_every_model():
-    size = cells.Size(ema_decay=0.3, d_u=8)
-    for cfg in (size.train_config("uat"), size.train_config("uat", "no_q"), size.train_config(traced_variant=True)):
-        assert (cfg.model.ema_decay, cfg.model.d_u) == (0.3, 8)
-    assert (cells.TABLE3.ema_decay, cells.TABLE3.d_u) == (0.7, 16)  # Table 3 defaults
+    size = cells.Size(ema_decay=0.3, d_u=8, dropout=0.2)
+    for cfg in (size.train_config("uat"), size.train_config("uat", "no_q"), size.train_config(traced_variant=True),
+                size.train_config("adt", domain="sepsis")):
+        assert (cfg.model.ema_decay, cfg.model.d_u, cfg.model.dropout) == (0.3, 8, 0.2)
+    assert (cells.TABLE3.ema_decay, cells.TABLE3.d_u, cells.TABLE3.dropout) == (0.7, 16, 0.05)  # Table 3, Domain A
 
 
 @pytest.mark.parametrize("changes, message", [
     (dict(epochs=0), "size.epochs"), (dict(d_model=30), "size.d_model"), (dict(horizon=-1), "size.horizon"),
-    (dict(ema_decay=1.0), "size.ema_decay"), (dict(d_u=0), "size.d_u")])
+    (dict(ema_decay=1.0), "size.ema_decay"), (dict(d_u=0), "size.d_u"), (dict(dropout=1.0), "size.dropout")])
 def test_size_validates(changes, message):
     with pytest.raises(ValueError, match=message):
         cells.Size(**changes)
