@@ -1,12 +1,17 @@
-"""Timing helpers for ``bench`` functions: compile time apart from run time."""
+"""Helpers for ``bench`` functions: timing (compile time apart from run time), XLA's peak
+memory estimate, the matrix-multiply FLOPs of a program and the machine's measured
+matrix-multiply rate."""
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+from jax.extend.core import jaxprs_in_params
 
-__all__ = ["time_call", "time_python"]
+__all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_call", "time_python"]
 
 
 def _repeat(call: Callable[[], Any], repeats: int) -> dict[str, float]:
@@ -37,3 +42,59 @@ def time_call(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str,
 def time_python(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str, float]:
     """Time a plain Python callable (e.g. a loop baseline): ``{"mean_s", "min_s"}``, no warm-up."""
     return _repeat(lambda: fn(*args), repeats)
+
+
+def peak_mb(compiled) -> float:
+    """XLA's estimate of a compiled program's peak memory, in MiB: argument + output + temp -
+    alias bytes of ``compiled.memory_analysis()`` (the buffers live at once when the program's
+    largest temporary allocation is; aliased outputs reuse argument buffers). The field
+    ``peak_memory_in_bytes`` is not used: on the CPU backend it leaves the temp buffers out."""
+    m = compiled.memory_analysis()
+    return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+            - m.alias_size_in_bytes) / 2**20
+
+
+def _dot_general_flops(eqn) -> int:
+    """2 x (batch) x (lhs free) x (rhs free) x (contracted) multiply-adds of one ``dot_general``."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    lhs, rhs = (v.aval.shape for v in eqn.invars)
+    free = lambda shape, used: math.prod(n for d, n in enumerate(shape) if d not in used)  # noqa: E731
+    return (2 * math.prod(lhs[d] for d in (*lhs_batch, *lhs_contract))
+            * free(lhs, (*lhs_contract, *lhs_batch)) * free(rhs, (*rhs_contract, *rhs_batch)))
+
+
+def _jaxpr_flops(jaxpr) -> int:
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            total += _dot_general_flops(eqn)
+        elif name == "scan":
+            total += eqn.params["length"] * _jaxpr_flops(eqn.params["jaxpr"].jaxpr)
+        elif name == "while":
+            raise ValueError("dot_flops cannot count a while loop (unknown trip count); use lax.scan")
+        elif name == "cond":
+            total += max(_jaxpr_flops(b.jaxpr) for b in eqn.params["branches"])
+        else:
+            for sub in jaxprs_in_params(eqn.params):
+                total += _jaxpr_flops(sub)
+    return total
+
+
+def dot_flops(fn: Callable[..., Any], *args: Any) -> int:
+    """Floating-point operations of the matrix multiplies (every ``dot_general``, 2 per
+    multiply-add) of ``fn(*args)``, counted on its jaxpr: each ``lax.scan`` body times its
+    length, the costlier branch of a ``cond``, nested calls (jit, custom_vjp, remat) once per
+    call. XLA's own ``cost_analysis`` counts a loop body once whatever its trip count, so it
+    cannot count a scanned model. Elementwise work (softmax, norms, activations) is not
+    counted: in the benchmarked models it is a small share, and it runs far below the
+    matrix-multiply rate that :func:`matmul_peak_gflops` measures."""
+    return _jaxpr_flops(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def matmul_peak_gflops(n: int = 1024, repeats: int = 10) -> float:
+    """This machine's float32 matrix-multiply rate, GFLOP/s: 2 n^3 over the best of ``repeats``
+    timed ``n x n`` products (compiled, one warm-up), every core XLA uses."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    best = time_call(lambda x, y: x @ y, a, a + 1.0, repeats=repeats)["min_s"]
+    return 2 * n**3 / best / 1e9

@@ -18,6 +18,14 @@ from experiments.studies.rate import tmaze as _tmaze  # noqa: F401 - registers r
 BENCH_MODEL = rate_jax.ModelConfig(segment_len=50, n_layer=10, d_model=64, n_head=4, d_head=32, d_inner=32,
                                    num_mem_tokens=15, mem_len=0, n_head_ca=2)
 BENCH_SEEDS = 2
+AUTHORS = {"forward_backward_s": 8.3, "forward_backward_median_s": 8.7, "memory_gb": 4.1,
+           "eval_seconds_per_env_step_100_episodes": 0.74}
+"""The authors' PyTorch code (CognitiveAISystems/RATE) at this configuration, PyTorch 2.13 on 2 CPU
+threads of this machine type, idle, measured alternating with ours (issue 16): forward+backward min
+and median, resident memory, evaluation of 100 episodes per environment step."""
+GOALS = {"forward_backward_s": 4.2, "eval_seconds_per_env_step_100_episodes": 0.025, "peak_fraction": 0.75}
+"""Issue 16's speed goals on 2 idle cores: forward+backward <= 4.2 s (>= 75% of the machine's
+matrix-multiply rate), evaluation <= 25 ms per environment step, peak memory below the authors'."""
 
 
 def _log(msg: str) -> None:
@@ -31,7 +39,10 @@ def tmaze(out_dir) -> dict:
     One timed call each after compilation and a warm-up (the programs take seconds on a CPU).
     Evaluation runs one segment (50 steps) of 100 episodes with incremental decoding
     (``RATE.decode``: fixed-size key/value buffers, so later segments cost the same per step),
-    including the per-segment memory write.
+    including the per-segment memory write. FLOPs: the matrix multiplies of the forward+backward
+    program (:func:`experiments.benchmark.dot_flops`, every scan times its length), against the
+    float32 matrix-multiply rate measured on this machine (:func:`experiments.benchmark.matmul_peak_gflops`).
+    Peak memory: XLA's estimate for the compiled program (:func:`experiments.benchmark.peak_mb`).
     """
     seeds = BENCH_SEEDS
     tcfg = rate_jax.TrainConfig(model=BENCH_MODEL, num_segments=3, corridor_lengths=(148,), num_train=64,
@@ -49,9 +60,12 @@ def tmaze(out_dir) -> dict:
     _log(f"forward+backward {fwd_bwd}")
     fwd = benchmark.time_call(loss, state.params, repeats=1)
     _log(f"forward {fwd}")
-    memory = jax.jit(grad_fn).lower(state.params).compile().memory_analysis()
-    peak = None if memory is None else int(memory.temp_size_in_bytes + memory.argument_size_in_bytes
-                                           + memory.output_size_in_bytes)
+    peak = benchmark.peak_mb(jax.jit(grad_fn).lower(state.params).compile()) * 2**20
+    flops = benchmark.dot_flops(grad_fn, state.params)
+    machine = benchmark.matmul_peak_gflops()
+    achieved = flops / fwd_bwd["min_s"] / 1e9
+    _log(f"forward+backward {flops / 1e9:.1f} GFLOP of matrix multiplies: {achieved:.1f} GFLOP/s, "
+         f"{achieved / machine:.0%} of the measured {machine:.1f} GFLOP/s; peak {peak / 2**30:.2f} GiB")
     num_params = int(sum(x.size for x in jax.tree.leaves(state.params)))
 
     steps = BENCH_MODEL.segment_len
@@ -76,12 +90,22 @@ def tmaze(out_dir) -> dict:
         "compile_s": {"forward_backward": fwd_bwd["compile_s"], "forward": fwd["compile_s"],
                       "evaluate": ev["compile_s"], "train_step_vmapped": vmapped["compile_s"]},
         "peak_memory_bytes_forward_backward": peak,
+        "forward_backward_dot_gflop": flops / 1e9,
+        "forward_backward_gflops_per_s": achieved,
+        "machine_matmul_gflops_per_s": machine,
+        "fraction_of_matmul_peak": achieved / machine,
         "parameters": num_params,
         "eval_seconds_per_env_step_100_episodes": ev["min_s"] / steps,
         "eval_env_steps_per_s_100_episodes": 100 * steps / ev["min_s"],
         "train_step_seeds_vmapped_s": vmapped["min_s"],
         "train_step_seeds_looped_s": looped["min_s"],
         "seeds_looped_over_vmapped": looped["min_s"] / vmapped["min_s"],
-        "authors_pytorch_2core_cpu": {"forward_backward_s": 23.0, "memory_gb": 5.9,
-                                      "eval_seconds_per_env_step_100_episodes": 1.4},
+        "authors_pytorch_2core_cpu": AUTHORS,
+        "speedup_over_authors": {"forward_backward": AUTHORS["forward_backward_s"] / fwd_bwd["min_s"],
+                                 "evaluation": AUTHORS["eval_seconds_per_env_step_100_episodes"] / (ev["min_s"] / steps)},
+        "goals": GOALS,
+        "goals_met": {"forward_backward": fwd_bwd["min_s"] <= GOALS["forward_backward_s"],
+                      "evaluation": ev["min_s"] / steps <= GOALS["eval_seconds_per_env_step_100_episodes"],
+                      "peak_fraction": achieved / machine >= GOALS["peak_fraction"],
+                      "memory_below_authors": peak < AUTHORS["memory_gb"] * 1e9},
     }

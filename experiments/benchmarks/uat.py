@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jax
 
 from experiments import benchmark, io
+from experiments.benchmark import peak_mb
 from experiments.registry import bench
 from experiments.studies.uat import darkroom as _darkroom  # noqa: F401 - registers uat.darkroom before its bench
 from uat_jax import cells, theory, tta
@@ -60,16 +61,6 @@ def param_count(cfg: TrainConfig) -> int:
     the counting of study ``uat.theory``)."""
     model = DecisionTransformer(cfg.model)
     return theory.count(jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0)))
-
-
-def peak_mb(compiled) -> float:
-    """XLA's estimate of a compiled program's peak memory, in MiB: argument + output + temp -
-    alias bytes of ``compiled.memory_analysis()`` (the buffers live at once when the program's
-    largest temporary allocation is; aliased outputs reuse argument buffers). The field
-    ``peak_memory_in_bytes`` is not used: on the CPU backend it leaves the temp buffers out."""
-    m = compiled.memory_analysis()
-    return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-            - m.alias_size_in_bytes) / 2**20
 
 
 def _compiled(fn: Callable, *args: Any) -> tuple[Any, float]:
@@ -159,7 +150,7 @@ def efficiency_table(size: cells.Size, epochs_k: int, repeats: int = 1, infer_re
     its gradient and the AdamW step), ms per epoch from ``epochs_k`` epochs against 1, best of
     ``repeats``; inference: see ``_inference``, best of ``infer_repeats`` (its programs are short).
     On shared cores one call is noisy: a rerun of VT and TENT inference alone, best of 3, gave
-    16.2 and 28.2 ms per step where single calls beside other jobs gave 51.2 and 30.6. Peak MiB: :func:`peak_mb` of the compiled program.
+    16.2 and 28.2 ms per step where single calls beside other jobs gave 51.2 and 30.6. Peak MiB: :func:`experiments.benchmark.peak_mb` of the compiled program.
     """
     if not (isinstance(epochs_k, int) and epochs_k >= 2):
         raise ValueError(f"epochs_k must be an integer >= 2, got {epochs_k!r}")

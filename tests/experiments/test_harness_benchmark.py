@@ -32,3 +32,23 @@ def test_provenance_and_git_sha(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}", sha)
     head = (tmp_path / ".git" / "HEAD").read_text().split()[-1]
     assert (tmp_path / ".git" / head).read_text().strip() == sha
+
+
+# --- dot_flops: matrix-multiply FLOPs counted on the jaxpr ------------------------------------
+
+
+def test_dot_flops_counts_products_batches_scans_and_gradients():
+    dot_flops = benchmark.dot_flops
+    a, b, w = jnp.ones((64, 32)), jnp.ones((32, 16)), jnp.ones((32, 32))
+    assert dot_flops(lambda x, y: x @ y, a, b) == 2 * 64 * 32 * 16
+    assert dot_flops(lambda x, y: jnp.einsum("bij,bjk->bik", x, y), jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))) \
+        == 2 * 3 * 4 * 5 * 6
+    scanned = lambda x, n: jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=n)[0].sum()  # noqa: E731
+    assert dot_flops(lambda x: scanned(x, 7), a) == 7 * 2 * 64 * 32 * 32  # XLA's cost_analysis counts the body once
+    # reverse mode: each forward product x @ w costs two more of the same size (dx = g w^T, dw = x^T g)
+    assert dot_flops(jax.grad(lambda x, v: jnp.tanh(x @ v).sum(), argnums=(0, 1)), a, w) == 3 * 2 * 64 * 32 * 32
+    nested = lambda x: jax.lax.scan(lambda c, _: (jax.jit(lambda y: scanned(y, 2))(c) * c, None), x, None,  # noqa: E731
+                                    length=3)[0]
+    assert dot_flops(nested, a) == 3 * 2 * 2 * 64 * 32 * 32
+    with pytest.raises(ValueError, match="while loop"):
+        dot_flops(lambda x: jax.lax.while_loop(lambda c: c.sum() < 0, lambda c: c @ w, x), a)
