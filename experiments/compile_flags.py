@@ -1,4 +1,5 @@
-"""How ``python -m experiments`` asks XLA to compile: ``run --quick`` skips LLVM's expensive passes.
+"""How ``python -m experiments`` asks XLA to compile: ``run --quick`` skips LLVM's expensive
+passes, and every ``run`` keeps its compiled programs in a persistent cache.
 
 A quick study is small, so compiling its programs is a large share of its wall time
 (``compile_s`` in its ``result.json``). ``--xla_llvm_disable_expensive_passes=true`` drops
@@ -8,9 +9,19 @@ compute the same bits (``tests/experiments/test_compile_flags.py`` runs one prog
 ways). Full runs, benchmarks and every other verb keep XLA's defaults. A user who sets
 the flag in ``XLA_FLAGS`` (to either value) keeps theirs.
 
+Compilation cache: ``run`` sets JAX's persistent compilation cache to ``OUT/.jax_cache``
+(``JAX_COMPILATION_CACHE_DIR``; ``OUT`` the ``--out`` folder), so a program compiled once
+(for more than a second) is loaded, not compiled again, by a later study of the same run that
+builds the identical program, by ``--resume`` after an interruption, and by a second run. The
+cache holds at most ``CACHE_MAX_BYTES``, least recently used entries evicted; with a size
+limit JAX guards the folder with a file lock, so the processes of ``run all --jobs N`` share it
+safely. A loaded program is the same executable, so results are the same bits; its
+``compile_s`` is then the load time. ``bench`` keeps compiling (it measures compile time). A
+user who sets either variable keeps theirs; ``JAX_COMPILATION_CACHE_DIR=""`` turns the cache off.
+
 XLA reads ``XLA_FLAGS`` when JAX first creates a backend, and some modules make arrays at
 import time, so :func:`configure` runs in ``experiments/__main__.py`` before anything
-imports JAX; ``run all --jobs N`` passes ``--quick`` on to each study's process.
+imports JAX; ``run all --jobs N`` passes ``--quick`` and ``--out`` on to each study's process.
 """
 from __future__ import annotations
 
@@ -18,6 +29,8 @@ import os
 from typing import MutableMapping, Sequence
 
 FLAG = "--xla_llvm_disable_expensive_passes"
+CACHE_DIR = ".jax_cache"
+CACHE_MAX_BYTES = 4 * 2**30
 
 
 def wants_fast_compile(argv: Sequence[str]) -> bool:
@@ -32,7 +45,21 @@ def with_fast_compile(xla_flags: str) -> str:
     return f"{xla_flags} {FLAG}=true".strip()
 
 
+def out_folder(argv: Sequence[str], default: str = "results") -> str:
+    """The ``--out`` folder of a command line (``--out X`` or ``--out=X``), else ``default``."""
+    for i, arg in enumerate(argv):
+        if arg == "--out" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--out="):
+            return arg.split("=", 1)[1]
+    return default
+
+
 def configure(argv: Sequence[str], environ: MutableMapping[str, str] = os.environ) -> None:
-    """Set ``environ["XLA_FLAGS"]`` for a quick run (see the module docstring); otherwise leave it."""
+    """Set ``environ["XLA_FLAGS"]`` for a quick run and the compilation cache for every run (see
+    the module docstring); any other verb is left alone."""
     if wants_fast_compile(argv):
         environ["XLA_FLAGS"] = with_fast_compile(environ.get("XLA_FLAGS", ""))
+    if len(argv) > 0 and argv[0] == "run":
+        environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(out_folder(argv), CACHE_DIR))
+        environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))

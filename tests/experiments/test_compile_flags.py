@@ -1,4 +1,5 @@
-"""``experiments.compile_flags``: quick runs compile with LLVM's cheap pipeline, and it computes the same bits."""
+"""``experiments.compile_flags``: quick runs compile with LLVM's cheap pipeline, and it computes the same bits;
+every run keeps its programs in a persistent compilation cache, and a loaded program computes the same bits."""
 import os
 import subprocess
 import sys
@@ -48,15 +49,33 @@ def test_flag_is_appended_unless_the_user_set_it():
         assert compile_flags.with_fast_compile(own) == own
     env = {"XLA_FLAGS": "--a=1"}
     compile_flags.configure(["run", "all", "--quick"], env)
-    assert env == {"XLA_FLAGS": f"--a=1 {FLAG}=true"}
+    assert env["XLA_FLAGS"] == f"--a=1 {FLAG}=true"
     env = {}
     compile_flags.configure(["run", "all"], env)
-    assert env == {}
+    assert "XLA_FLAGS" not in env
 
 
-def _digest(xla_flags: str) -> str:
+def test_runs_cache_their_programs_under_the_out_folder_unless_the_user_chose():
+    for argv, folder in ((["run", "all", "--quick"], "results"), (["run", "x", "--out", "o/p"], "o/p"),
+                         (["run", "x", "--out=q", "--quick"], "q")):
+        env = {}
+        compile_flags.configure(argv, env)
+        assert env == {**({"XLA_FLAGS": f"{FLAG}=true"} if "--quick" in argv else {}),
+                       "JAX_COMPILATION_CACHE_DIR": os.path.join(folder, ".jax_cache"),
+                       "JAX_COMPILATION_CACHE_MAX_SIZE": str(compile_flags.CACHE_MAX_BYTES)}, argv
+    env = {"JAX_COMPILATION_CACHE_DIR": "", "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"}  # the user's choice stays
+    compile_flags.configure(["run", "x"], env)
+    assert env == {"JAX_COMPILATION_CACHE_DIR": "", "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"}
+    for verb in (["bench", "uat.darkroom"], ["report"], ["show", "x"]):  # bench measures compile time
+        env = {}
+        compile_flags.configure(verb, env)
+        assert env == {}
+
+
+def _digest(xla_flags: str, cache: dict | None = None) -> str:
     env = {**os.environ, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real, both ways
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real, both ways (unless ``cache``)
+    env.update(cache or {})
     done = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
@@ -65,3 +84,19 @@ def _digest(xla_flags: str) -> str:
 def test_cheap_llvm_pipeline_computes_the_same_bits():
     """XLA's default pipeline against the quick runs' one, on a training step (rollout, parallel pass, gradient)."""
     assert _digest("") == _digest(f"{FLAG}=true")
+
+
+def test_a_program_loaded_from_the_cache_computes_the_same_bits(tmp_path):
+    """The cache environment of a run: the first process compiles and stores the training step, the
+    second loads it (no new entry) and computes the same digest as a process without cache."""
+    env = {}
+    compile_flags.configure(["run", "x", "--out", str(tmp_path)], env)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # store even the fast compiles of this tiny step
+    cache = tmp_path / ".jax_cache"
+    first = _digest("", env)
+    entries = sorted(p.name for p in cache.glob("*-cache"))
+    (step,) = [p for p in cache.glob("jit_step-*-atime")]
+    stored = step.read_bytes()
+    assert _digest("", env) == first == _digest("")
+    assert sorted(p.name for p in cache.glob("*-cache")) == entries
+    assert step.read_bytes() != stored  # the second process read the entry (a hit stamps its access time)
