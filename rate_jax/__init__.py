@@ -6,11 +6,12 @@ Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXi
 ``config`` (model sizes, baselines as configurations), ``masks`` (segment mask),
 ``attention`` (Transformer-XL relative attention), ``mrv`` (Memory Retention Valve),
 ``model`` (segment processing and recurrence), ``tmaze`` (environment), ``popgym`` (POPGym
-memory tasks: RepeatPrevious, Autoencode, CountRecall, with oracle datasets), ``dataset``
+memory tasks: RepeatPrevious, Autoencode, CountRecall, with oracle datasets), ``minigrid_memory``
+(MiniGrid's Memory task, oracle and datasets), ``dataset``
 (oracle data), ``train`` (``make_train``; ``make_chunk`` for chunked runs), ``evaluate`` (online success rate),
 ``retention`` (the MRV retention bound and its assumptions).
 """
-from rate_jax import popgym, tmaze
+from rate_jax import minigrid_memory, popgym, tmaze
 from rate_jax.config import MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
 from rate_jax.dataset import Trajectories, generate, mirror, sample_corridor_lengths, segment_corridor_lengths
 from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_evaluate, make_packed_evaluate,
@@ -28,7 +29,7 @@ __all__ = [
     "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "EvalResult", "ModelConfig",
     "PackedResult", "Schedule", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
     "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
-    "make_chunk", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "mirror",
+    "make_chunk", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
     "mrv_activation", "mrv_convex_form", "mrv_update", "no_anti_alignment", "normalize_rows", "popgym", "retention_bound",
     "retention_ratio", "sample_corridor_lengths", "sample_instances", "segment_corridor_lengths", "segment_mask",
     "segments_needed", "slot_queues", "split_segments", "tmaze", "to_segments", "unroll", "variant",
