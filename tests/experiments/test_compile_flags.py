@@ -72,10 +72,9 @@ def test_runs_cache_their_programs_under_the_out_folder_unless_the_user_chose():
         assert env == {}
 
 
-def _digest(xla_flags: str, cache: dict | None = None) -> str:
+def _digest(xla_flags: str) -> str:
     env = {**os.environ, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real, both ways (unless ``cache``)
-    env.update(cache or {})
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real, both ways
     done = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
@@ -86,17 +85,36 @@ def test_cheap_llvm_pipeline_computes_the_same_bits():
     assert _digest("") == _digest(f"{FLAG}=true")
 
 
+# A scanned recurrence and its gradient: small enough to start fast, a loop and a transpose to compile.
+_CACHED_PROGRAM = """
+import hashlib, jax, jax.numpy as jnp, numpy as np
+def step(w):
+    h = jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), c.sum()), jnp.ones((4, 8)), None, length=5)
+    return jax.value_and_grad(lambda v: jax.lax.scan(lambda c, _: (jnp.tanh(c @ v), None), h[0], None,
+                                                     length=5)[0].sum())(w)
+out = jax.jit(step)(jax.random.normal(jax.random.key(0), (8, 8)))
+print(hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in jax.tree.leaves(out))).hexdigest())
+"""
+
+
 def test_a_program_loaded_from_the_cache_computes_the_same_bits(tmp_path):
-    """The cache environment of a run: the first process compiles and stores the training step, the
-    second loads it (no new entry) and computes the same digest as a process without cache."""
-    env = {}
+    """The cache environment of a run: the first process compiles (a miss) and stores the program,
+    the second loads it (no new entry, its access time stamped) and computes the same digest."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     compile_flags.configure(["run", "x", "--out", str(tmp_path)], env)
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # store even the fast compiles of this tiny step
+
+    def digest():
+        done = subprocess.run([sys.executable, "-c", _CACHED_PROGRAM], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()[-1]
+
     cache = tmp_path / ".jax_cache"
-    first = _digest("", env)
+    first = digest()
     entries = sorted(p.name for p in cache.glob("*-cache"))
-    (step,) = [p for p in cache.glob("jit_step-*-atime")]
+    (step,) = cache.glob("jit_step-*-atime")
     stored = step.read_bytes()
-    assert _digest("", env) == first == _digest("")
+    assert digest() == first
     assert sorted(p.name for p in cache.glob("*-cache")) == entries
     assert step.read_bytes() != stored  # the second process read the entry (a hit stamps its access time)
