@@ -26,8 +26,7 @@ import numpy as np
 
 from uat_jax import domains
 from uat_jax.config import ModelConfig, ablation
-from uat_jax.schedules import distinct_goals
-from uat_jax.train import CellKeys, Task, TrainConfig, make_train
+from uat_jax.train import CellKeys, Task, TrainConfig, default_env, make_train
 from uat_jax.tta import CottaConfig, TentConfig, make_tta_evaluate
 
 __all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_adapt_cell", "make_cell", "mean_std", "split_cells",
@@ -110,13 +109,12 @@ def make_cell(cfg: TrainConfig, keep_params: bool = False):
     it (pure, jittable); the metrics are ``uat_jax.domains``'s (DarkRoom: accuracy, efficiency,
     plus ``distinct_goals``, the cells that were a goal of a training episode).
     ``keep_params`` adds the trained ``"params"`` (for :func:`make_adapt_cell`)."""
-    train = make_train(cfg)
+    train, domain = make_train(cfg), domains.get(cfg.domain)
 
     def cell(item: dict, env=None) -> dict:
         res = train(jax.random.wrap_key_data(item["key"]), item["task"], env)
-        out = {**res.eval, "loss": res.loss, "train_accuracy": res.train_accuracy}
-        if cfg.domain == "darkroom":
-            out["distinct_goals"] = distinct_goals(res.settings, cfg.grid_size)
+        out = {**res.eval, **domain.settings_metrics(res.settings, default_env(cfg, env)),
+               "loss": res.loss, "train_accuracy": res.train_accuracy}
         return {**out, "params": res.params} if keep_params else out
 
     return cell

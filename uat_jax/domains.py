@@ -18,6 +18,10 @@ argument (``experiments.sweep.sweep_map(shared=...)``).
   whether the step reached it; sepsis: the regime acting and whether it switched at this
   step.
 - ``metrics(traj)``: the Appendix C.3 metrics over a batch of episodes (``uat_jax.rollout``).
+- ``settings_metrics(settings, env)``: what a study reports of the training episodes' settings
+  (DarkRoom: ``distinct_goals``, the cells that were a goal; sepsis: nothing).
+- ``default_env(grid_size, horizon)``: the environment when none is given (DarkRoom's grid), or
+  ``None`` where the domain needs its own (sepsis: the tables).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ import jax.numpy as jnp
 
 from uat_jax import darkroom, sepsis
 from uat_jax.rollout import accuracy, efficiency, post_shift_accuracy, regime_accuracy
-from uat_jax.schedules import goal_at
+from uat_jax.schedules import distinct_goals, goal_at
 
 POST_SHIFT_STEPS = 5
 """C.3 post-shift accuracy: the first 5 steps after each regime switch."""
@@ -39,6 +43,7 @@ class Domain:
     """The functions of one domain (module docstring); frozen, so a static argument."""
 
     name: str
+    env_type: type
     obs_dim: int
     n_actions: int
     reset: Callable
@@ -48,6 +53,8 @@ class Domain:
     setting: Callable
     with_setting: Callable
     metrics: Callable
+    settings_metrics: Callable
+    default_env: Callable
 
 
 def _darkroom_metrics(traj) -> dict:
@@ -61,22 +68,27 @@ def _sepsis_metrics(traj) -> dict:
 
 
 DARKROOM = Domain(
-    name="darkroom", obs_dim=darkroom.OBS_DIM, n_actions=darkroom.N_ACTIONS,
+    name="darkroom", env_type=darkroom.EnvParams, obs_dim=darkroom.OBS_DIM, n_actions=darkroom.N_ACTIONS,
     reset=darkroom.reset, step=darkroom.step,
     expert=lambda state, env: darkroom.expert_action(state.pos, env.goal),
     record=lambda state, info, env: {"distance": darkroom.manhattan(state.pos, env.goal),
                                      "at_goal": info["at_goal"]},
     setting=lambda env, task, run_key, episode: goal_at(task.schedule, run_key, episode, env.size),
     with_setting=lambda env, goal: env.replace(goal=goal),
-    metrics=_darkroom_metrics)
+    metrics=_darkroom_metrics,
+    settings_metrics=lambda goals, env: {"distinct_goals": distinct_goals(goals, env.size)},
+    default_env=lambda grid_size, horizon: darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=grid_size,
+                                                              horizon=horizon))
 
 SEPSIS = Domain(
-    name="sepsis", obs_dim=sepsis.OBS_DIM, n_actions=sepsis.N_ACTIONS,
+    name="sepsis", env_type=sepsis.EnvParams, obs_dim=sepsis.OBS_DIM, n_actions=sepsis.N_ACTIONS,
     reset=sepsis.reset, step=sepsis.step, expert=sepsis.expert_action,
     record=lambda state, info, env: {"regime": info["regime"], "switched": info["switched"]},
     setting=lambda env, task, run_key, episode: jnp.zeros((0,), jnp.int32),
     with_setting=lambda env, setting: env,
-    metrics=_sepsis_metrics)
+    metrics=_sepsis_metrics,
+    settings_metrics=lambda settings, env: {},
+    default_env=lambda grid_size, horizon: None)
 
 DOMAINS = {d.name: d for d in (DARKROOM, SEPSIS)}
 
@@ -90,8 +102,7 @@ def get(name: str) -> Domain:
 
 def check_env(domain: Domain, env) -> None:
     """Raise if ``env`` is not ``domain``'s environment parameters."""
-    expected = {"darkroom": darkroom.EnvParams, "sepsis": sepsis.EnvParams}[domain.name]
-    if not isinstance(env, expected):
-        raise ValueError(f"the {domain.name} domain needs a {expected.__module__}.{expected.__name__}, "
+    if not isinstance(env, domain.env_type):
+        raise ValueError(f"the {domain.name} domain needs a {domain.env_type.__module__}.{domain.env_type.__name__}, "
                          f"got {type(env).__name__}")
 

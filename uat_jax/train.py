@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct, traverse_util
 
-from uat_jax import darkroom, domains
+from uat_jax import domains
 from uat_jax.config import SWITCHED, ModelConfig
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_params, sequence_logits
@@ -146,10 +146,9 @@ def eval_episodes(cfg: TrainConfig) -> jax.Array:
 def default_env(cfg: TrainConfig, env=None):
     """``env``, checked against the domain, or DarkRoom's of ``grid_size`` and the model's horizon."""
     domain = domains.get(cfg.domain)
+    env = domain.default_env(cfg.grid_size, cfg.model.horizon) if env is None else env
     if env is None:
-        if cfg.domain != "darkroom":
-            raise ValueError(f"the {cfg.domain} domain needs its environment parameters (env=...)")
-        env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=cfg.grid_size, horizon=cfg.model.horizon)
+        raise ValueError(f"the {cfg.domain} domain needs its environment parameters (env=...)")
     domains.check_env(domain, env)
     return env
 

@@ -11,7 +11,7 @@ from uat_jax import domains, sepsis
 from uat_jax.cells import Size
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer
-from uat_jax.rollout import Trajectory, post_shift_accuracy, post_shift_mask, regime_accuracy, rollout
+from uat_jax.rollout import Trajectory, efficiency, post_shift_accuracy, post_shift_mask, regime_accuracy, rollout
 from uat_jax.train import Task, TrainConfig, default_env, make_evaluate
 
 
@@ -83,3 +83,15 @@ def test_domain_configs_check_their_inputs():
     with pytest.raises(ValueError, match="needs a uat_jax.sepsis.EnvParams"):
         make_evaluate(cfg)(None, jax.random.key(0), Task.make("abrupt"), jax.random.key(1),
                            default_env(TrainConfig()))
+
+
+def test_efficiency_by_hand():
+    """eta = d* / max(t_goal, d*): arrival at step index 2 is t_goal = 3 steps (eta 2/3 for d* = 2); an
+    arrival faster than d* is capped at 1; never arriving is t_goal = T (eta 3/6)."""
+    at_goal = np.zeros((3, 6), bool)
+    at_goal[0, [2, 3, 5]] = True
+    at_goal[1, 0] = True
+    distance = np.array([[2, 1, 0, 0, 1, 0], [4, 0, 0, 0, 0, 0], [3, 3, 3, 3, 3, 3]])
+    traj = traj_of(np.zeros((3, 6), np.int32), np.zeros((3, 6), np.int32), {"at_goal": at_goal, "distance": distance})
+    assert float(efficiency(traj)) == pytest.approx((2 / 3 + 1 + 3 / 6) / 3)
+    assert domains.DARKROOM.metrics(traj)["efficiency"] == pytest.approx((2 / 3 + 1 + 3 / 6) / 3)
