@@ -7,15 +7,16 @@ Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXi
 ``attention`` (Transformer-XL relative attention), ``mrv`` (Memory Retention Valve),
 ``model`` (segment processing and recurrence), ``tmaze`` (environment), ``popgym`` (POPGym
 memory tasks: RepeatPrevious, Autoencode, CountRecall, with oracle datasets), ``minigrid_memory``
-(MiniGrid's Memory task, oracle and datasets), ``dataset``
+(MiniGrid's Memory task, oracle and datasets), ``tasks`` (those two as training data and
+evaluation environments), ``dataset``
 (oracle data), ``train`` (``make_train``; ``make_chunk`` for chunked runs), ``evaluate`` (online success rate),
 ``retention`` (the MRV retention bound and its assumptions).
 """
-from rate_jax import minigrid_memory, popgym, tmaze
-from rate_jax.config import MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
+from rate_jax import minigrid_memory, popgym, tasks, tmaze
+from rate_jax.config import DT_CONTEXTS, MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
 from rate_jax.dataset import Trajectories, generate, mirror, sample_corridor_lengths, segment_corridor_lengths
-from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_evaluate, make_packed_evaluate,
-                               segments_needed, slot_queues)
+from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_env_evaluate, make_evaluate,
+                               make_packed_evaluate, segments_needed, slot_queues)
 from rate_jax.masks import segment_mask
 from rate_jax.model import RATE, Carry, Segment, SegmentOutput, split_segments, unroll
 from rate_jax.mrv import MRV, mrv_activation
@@ -26,11 +27,11 @@ from rate_jax.train import (STEP_METRICS, ChunkedRun, TrainConfig, TrainMetrics,
                             to_segments)
 
 __all__ = [
-    "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "EvalResult", "ModelConfig",
+    "DT_CONTEXTS", "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "EvalResult", "ModelConfig",
     "PackedResult", "Schedule", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
     "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
-    "make_chunk", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
+    "make_chunk", "make_env_evaluate", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
     "mrv_activation", "mrv_convex_form", "mrv_update", "no_anti_alignment", "normalize_rows", "popgym", "retention_bound",
     "retention_ratio", "sample_corridor_lengths", "sample_instances", "segment_corridor_lengths", "segment_mask",
-    "segments_needed", "slot_queues", "split_segments", "tmaze", "to_segments", "unroll", "variant",
+    "segments_needed", "slot_queues", "split_segments", "tasks", "tmaze", "to_segments", "unroll", "variant",
 ]

@@ -77,15 +77,22 @@ class ModelConfig:
         return 3 * self.segment_len + 2 * self.num_mem_tokens
 
 
-def variant(name: str, base: ModelConfig, num_segments: int) -> tuple[ModelConfig, int]:
+DT_CONTEXTS = ("trajectory", "segment")
+
+
+def variant(name: str, base: ModelConfig, num_segments: int, dt_context: str = "trajectory"
+            ) -> tuple[ModelConfig, int]:
     """The paper's baselines as configurations of one model (the paper's baselines and ablations).
 
     Returns ``(config, training_segments)``. ``base`` is the RATE configuration and
     ``num_segments`` the N of RATE's training trajectories (length K*N).
 
     * ``RATE``: memory tokens + MRV + cache as in ``base``.
-    * ``DT``: one segment of length K*N, no memory, no MRV, no cache (the authors'
-      ``model_mode=DT`` sets context_length = K*sections and sections = 1).
+    * ``DT``: no memory, no MRV, no cache. ``dt_context="trajectory"``: one segment of length
+      K*N (the authors' T-Maze ``model_mode=DT`` sets context_length = K*sections and
+      sections = 1); ``"segment"``: context K, trained on the N segments of K steps as
+      separate windows (nothing crosses a segment boundary), as the authors' POPGym scripts
+      (``run_experiments/POPGym/DT``: context_length = ceil(T / 3) = RATE's K, sections = 1).
     * ``RMT``: memory tokens, no MRV, no cache.
     * ``TrXL``: cache only (``mem_len`` = that of ``base`` or, if 0, K*N*3 tokens as in
       the authors' 450 = 3*150), no memory tokens, no MRV.
@@ -95,9 +102,13 @@ def variant(name: str, base: ModelConfig, num_segments: int) -> tuple[ModelConfi
         raise ValueError(f"variant name must be one of {VARIANTS}, got {name!r}")
     if not (isinstance(num_segments, int) and num_segments >= 1):
         raise ValueError(f"num_segments must be an integer >= 1, got {num_segments!r}")
+    if dt_context not in DT_CONTEXTS:
+        raise ValueError(f"dt_context must be one of {DT_CONTEXTS}, got {dt_context!r}")
     rep = dataclasses.replace
     if name == "RATE":
         return base, num_segments
+    if name == "DT" and dt_context == "segment":
+        return rep(base, num_mem_tokens=0, mem_len=0, n_head_ca=0), num_segments
     if name == "DT":
         return rep(base, segment_len=base.segment_len * num_segments, num_mem_tokens=0, mem_len=0,
                    n_head_ca=0), 1

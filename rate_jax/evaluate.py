@@ -1,4 +1,4 @@
-"""Online evaluation in T-Maze: many episodes, segment recurrence, vectorised.
+"""Online evaluation: many episodes, segment recurrence, vectorised; T-Maze and any gymnax-style task.
 
 The T-Maze success rate of "Recurrent Action Transformer with Memory" (arXiv 2306.09459)
 (its T-Maze generalisation experiment, inference corridors up to 9,600 steps, and the
@@ -13,9 +13,14 @@ only (a_{t-1}, R_t, o_t) against the buffers. This equals running the whole segm
 the not yet seen steps padded, which by the causal mask (``masks.py``) equals running
 the prefix alone (``tests/rate_jax``), at a cost per step of 3 tokens instead of 3K + 2m.
 
-Two evaluators share one rollout (a ``lax.scan`` over segments of a batch of slots):
+The rollout (a ``lax.scan`` over segments of a batch of slots) takes any environment with
+gymnax-style ``reset``/``step`` (``rate_jax.tmaze``, ``rate_jax.minigrid_memory``, the
+``rate_jax.popgym`` tasks); three evaluators share it:
 
-* :func:`make_evaluate` runs every episode for ``max_steps`` steps (one slot per episode);
+* :func:`make_env_evaluate` runs every episode of any such environment for ``max_steps``
+  steps (one slot per episode), from a given initial return-to-go; success is the
+  environment's ``info["success"]``;
+* :func:`make_evaluate` is that in T-Maze, by corridor length;
 * :func:`make_packed_evaluate` runs each episode only for the
   :func:`segments_needed` segments its corridor can last: a fixed number of slots, each
   with a static queue of episodes (:func:`slot_queues`, balanced in work, computed in
@@ -147,11 +152,13 @@ def slot_queues(segments: Sequence[int], num_slots: int) -> tuple[tuple[int, ...
 
 @struct.dataclass
 class _Rollout:
-    env_state: tmaze.EnvState
+    env_state: object
     obs: jax.Array
     rtg: jax.Array
     done: jax.Array
     ret: jax.Array
+    length: jax.Array
+    success: jax.Array
     carry: Carry
 
 
@@ -162,38 +169,48 @@ def _noise_like(keys: jax.Array, memory: jax.Array) -> jax.Array:
     return mean + std * jax.vmap(lambda k: jax.random.normal(k, memory.shape[1:]))(keys)
 
 
-def _make_rollout(config: ModelConfig, schedule: Schedule):
-    """``rollout(params, key, corridor_lengths [N], memory_noise [N]) -> (ret, length, actions)``
-    stacked over the scan, [G, S] (actions [G, S, K]), for the slots of ``schedule``."""
+def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: float):
+    """``rollout(params, key, env_params [N], memory_noise [N]) -> (ret, length, success, actions)``
+    stacked over the scan, [G, S] (actions [G, S, K]), for the slots of ``schedule``.
+
+    ``env`` is any gymnax-style environment: ``reset(key, params) -> (obs, state)`` and
+    ``step(key, state, action, params) -> (obs, state, reward, done, info)``; ``env_params`` a
+    pytree with a leading episode axis N. ``length`` counts the steps taken before ``done``;
+    ``success`` is whether some step reported ``info["success"]`` (NaN for an environment
+    whose ``info`` has no ``"success"``). Return-to-go starts at ``initial_rtg``.
+    """
     model = RATE(config)
     k_seg = config.segment_len
     episodes = jnp.asarray(schedule.episode)
     own_segments = jnp.asarray(schedule.segment)
     s_slots = schedule.episode.shape[1]
 
-    def rollout(params, key, corridor_lengths, memory_noise):
-        n = corridor_lengths.shape[0]
+    def rollout(params, key, env_params, memory_noise):
+        n = memory_noise.shape[0]
         k_reset, k_run = jax.random.split(key)
         reset_keys, run_keys = jax.random.split(k_reset, n), jax.random.split(k_run, n)
         initial_carry = model.apply(params, s_slots, method=RATE.initial_carry)
+        of = lambda ep: jax.tree.map(lambda x: x[ep], env_params)
 
-        def fresh(ep, env_params):
-            obs, env_state = jax.vmap(tmaze.reset)(reset_keys[ep], env_params)
-            return _Rollout(env_state=env_state, obs=obs, rtg=jnp.ones(s_slots), done=jnp.zeros(s_slots, bool),
-                            ret=jnp.zeros(s_slots), carry=initial_carry)
+        def fresh(ep, slot_params):
+            obs, env_state = jax.vmap(env.reset)(reset_keys[ep], slot_params)
+            zeros = jnp.zeros(s_slots)
+            return _Rollout(env_state=env_state, obs=obs, rtg=jnp.full(s_slots, initial_rtg, jnp.float32),
+                            done=jnp.zeros(s_slots, bool), ret=zeros, length=jnp.zeros(s_slots, jnp.int32),
+                            success=zeros, carry=initial_carry)
 
         def where(cond, new, old):
             return jax.tree.map(lambda a, b: jnp.where(cond.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
 
         def segment(ro: _Rollout, xs):
             ep, own = xs  # [S]: each slot's episode and that episode's segment number
-            env_params = jax.vmap(tmaze.make_params)(corridor_lengths[ep])
-            begins, new = own == 0, fresh(ep, env_params)  # a slot starting an episode resets
+            slot_params = of(ep)
+            begins, new = own == 0, fresh(ep, slot_params)  # a slot starting an episode resets
             carry = Carry(memory=where(begins, new.carry.memory, ro.carry.memory),
                           cache=jnp.where(begins[None, :, None, None], new.carry.cache, ro.carry.cache),
                           cache_valid=where(begins, new.carry.cache_valid, ro.carry.cache_valid))
-            ro = _Rollout(*where(begins, (new.env_state, new.obs, new.rtg, new.done, new.ret),
-                                 (ro.env_state, ro.obs, ro.rtg, ro.done, ro.ret)), carry=carry)
+            fields = ("env_state", "obs", "rtg", "done", "ret", "length", "success")
+            ro = ro.replace(carry=carry, **{f: where(begins, getattr(new, f), getattr(ro, f)) for f in fields})
             seg_keys = jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), 3))(run_keys[ep], own)
             k_first, k_noise = seg_keys[:, 0], seg_keys[:, 2]
             k_steps = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, k_seg - 1))(seg_keys[:, 1]), 0, 1)
@@ -203,10 +220,13 @@ def _make_rollout(config: ModelConfig, schedule: Schedule):
                 buf = buf.replace(obs=buf.obs.at[:, idx].set(ro.obs), rtg=buf.rtg.at[:, idx].set(ro.rtg))
                 logits, kv = model.apply(params, buf, ro.carry, kv, start, num, method=RATE.decode)
                 action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-                obs, env_state, reward, done, _ = jax.vmap(tmaze.step)(keys, ro.env_state, action, env_params)
+                obs, env_state, reward, done, info = jax.vmap(env.step)(keys, ro.env_state, action, slot_params)
                 live = ~ro.done
+                hit = info["success"].astype(jnp.float32) if "success" in info else jnp.full(s_slots, jnp.nan)
                 ro = ro.replace(env_state=where(live, env_state, ro.env_state), obs=where(live, obs, ro.obs),
-                                rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live)
+                                rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live,
+                                length=ro.length + live, success=jnp.where(live, jnp.maximum(ro.success, hit),
+                                                                            ro.success))
                 buf = buf.replace(actions=buf.actions.at[:, idx].set(action),
                                   action_known=buf.action_known.at[:, idx].set(1.0))
                 return ro, buf, kv
@@ -228,44 +248,62 @@ def _make_rollout(config: ModelConfig, schedule: Schedule):
                 noisy = memory_noise[ep].reshape(-1, 1, 1)
                 carry = carry.replace(memory=jnp.where(noisy, _noise_like(k_noise, carry.memory), carry.memory))
             ro = ro.replace(carry=carry)
-            return ro, (ro.ret, ro.env_state.time, buf.actions)
+            return ro, (ro.ret, ro.length, ro.success, buf.actions)
 
-        first_params = jax.vmap(tmaze.make_params)(corridor_lengths[episodes[0]])
-        _, out = jax.lax.scan(segment, fresh(episodes[0], first_params), (episodes, own_segments))
+        _, out = jax.lax.scan(segment, fresh(episodes[0], of(episodes[0])), (episodes, own_segments))
         return out
 
     return rollout
 
 
-def _episode_inputs(corridor_lengths, memory_noise):
+def _noise_flags(memory_noise, num_episodes: int) -> jax.Array:
+    return jnp.broadcast_to(jnp.asarray(memory_noise, bool), (num_episodes,))
+
+
+def _tmaze_params(corridor_lengths) -> tmaze.EnvParams:
     corridor_lengths = jnp.asarray(corridor_lengths, jnp.int32)
     if corridor_lengths.ndim != 1:
         raise ValueError(f"corridor_lengths must be a 1-d array [E], got shape {corridor_lengths.shape}")
-    noise = jnp.broadcast_to(jnp.asarray(memory_noise, bool), corridor_lengths.shape)
-    return corridor_lengths, noise
+    return jax.vmap(tmaze.make_params)(corridor_lengths)
 
 
-def make_evaluate(config: ModelConfig, max_steps: int) -> Callable[..., EvalResult]:
-    """``evaluate(params, key, corridor_lengths [E], memory_noise=False) -> EvalResult``; runs
-    every episode for ``max_steps`` steps (ceil(max_steps / K) segments).
+def make_env_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg: float = 1.0
+                      ) -> Callable[..., EvalResult]:
+    """``evaluate(params, key, env_params, memory_noise=False) -> EvalResult`` in any gymnax-style
+    environment ``env`` (``reset``/``step``, see :func:`_make_rollout`): one episode per entry of
+    ``env_params`` (a pytree with leading axis E), each run for ``max_steps`` steps
+    (ceil(max_steps / K) segments) from return-to-go ``initial_rtg``.
 
-    ``max_steps`` (static) must be at least max(corridor_lengths) + 2, the longest episode.
-    ``memory_noise`` (a bool or [E] bools, traceable: the clean run and the ablation are one
-    program) replaces every memory passed between segments by noise; the noise is drawn
-    either way, so the clean run's numbers do not depend on it.
+    ``max_steps`` (static) must be at least the longest episode. ``memory_noise`` (a bool or
+    [E] bools, traceable: the clean run and the ablation are one program) replaces every memory
+    passed between segments by noise; the noise is drawn either way, so the clean run's
+    numbers do not depend on it. ``success`` is NaN where ``env`` reports none.
     """
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
     num_segments = -(-int(max_steps) // config.segment_len)
 
-    def evaluate(params, key, corridor_lengths, memory_noise=False):
-        corridor_lengths, noise = _episode_inputs(corridor_lengths, memory_noise)
-        e = corridor_lengths.shape[0]
+    def evaluate(params, key, env_params, memory_noise=False):
+        e = jax.tree.leaves(env_params)[0].shape[0]
         schedule = Schedule.from_queues([num_segments] * e, [(i,) for i in range(e)])
-        ret, length, actions = _make_rollout(config, schedule)(params, key, corridor_lengths, noise)
+        rollout = _make_rollout(config, schedule, env, initial_rtg)
+        ret, length, success, actions = rollout(params, key, env_params, _noise_flags(memory_noise, e))
         actions = jnp.swapaxes(actions, 0, 1).reshape(e, num_segments * config.segment_len)
-        return EvalResult(success=(ret[-1] >= 1.0).astype(jnp.float32), episode_return=ret[-1],
-                          episode_length=length[-1], actions=actions)
+        return EvalResult(success=success[-1], episode_return=ret[-1], episode_length=length[-1], actions=actions)
+
+    return evaluate
+
+
+def make_evaluate(config: ModelConfig, max_steps: int) -> Callable[..., EvalResult]:
+    """T-Maze: ``evaluate(params, key, corridor_lengths [E], memory_noise=False) -> EvalResult``;
+    :func:`make_env_evaluate` in :mod:`rate_jax.tmaze` (return-to-go from 1, the goal reward).
+
+    ``max_steps`` (static) must be at least max(corridor_lengths) + 2, the longest episode.
+    """
+    evaluate_env = make_env_evaluate(config, tmaze, max_steps)
+
+    def evaluate(params, key, corridor_lengths, memory_noise=False):
+        return evaluate_env(params, key, _tmaze_params(corridor_lengths), memory_noise)
 
     return evaluate
 
@@ -279,7 +317,7 @@ def make_packed_evaluate(config: ModelConfig, corridor_lengths: Sequence[int], n
     ``queues`` (default :func:`slot_queues`) says which episodes each slot runs, in order.
     Episode i's result equals ``make_evaluate(config, max_steps)(params, key,
     jnp.asarray(corridor_lengths))`` at i, for any packing. ``memory_noise``: as in
-    :func:`make_evaluate` (a bool or [N] bools).
+    :func:`make_env_evaluate` (a bool or [N] bools).
     """
     lengths = [int(x) for x in corridor_lengths]
     if not lengths or min(lengths) < 1:
@@ -290,13 +328,11 @@ def make_packed_evaluate(config: ModelConfig, corridor_lengths: Sequence[int], n
     elif len(queues) != num_slots:
         raise ValueError(f"queues must hold num_slots={num_slots} queues, got {len(queues)}")
     schedule = Schedule.from_queues(segments, queues)
-    rollout = _make_rollout(config, schedule)
+    rollout = _make_rollout(config, schedule, tmaze, 1.0)
     g, s = schedule.finish[:, 0], schedule.finish[:, 1]
 
     def evaluate(params, key, memory_noise=False):
-        corridor, noise = _episode_inputs(lengths, memory_noise)
-        ret, length, _ = rollout(params, key, corridor, noise)
-        return PackedResult(success=(ret[g, s] >= 1.0).astype(jnp.float32), episode_return=ret[g, s],
-                            episode_length=length[g, s])
+        ret, length, success, _ = rollout(params, key, _tmaze_params(lengths), _noise_flags(memory_noise, len(lengths)))
+        return PackedResult(success=success[g, s], episode_return=ret[g, s], episode_length=length[g, s])
 
     return evaluate

@@ -1,4 +1,4 @@
-"""MiniGrid-Memory as pure gymnax-style functions, its privileged oracle and oracle dataset.
+"""MiniGrid-Memory as pure gymnax-style functions, its oracle and oracle dataset.
 
 The Memory task of Farama MiniGrid (``minigrid/envs/memory.py``, ``MemoryEnv``), used by
 "Recurrent Action Transformer with Memory" (RATE, arXiv 2306.09459) as Minigrid-Memory.
@@ -110,8 +110,8 @@ class Layout:
 @struct.dataclass
 class EnvState:
     """Position (x, y), direction (0 east, 1 south, 2 west, 3 north), time, the layout
-    (hallway_end, cue, upper), all [] int32, and cue_seen [] bool (the cue has been visible
-    in some observation so far; read only by the privileged oracle)."""
+    (hallway_end, cue, upper), all [] int32, and cue_seen, upper_seen [] bool (the cue / the
+    north end object has been visible in some observation so far; read only by the oracle)."""
 
     x: jax.Array
     y: jax.Array
@@ -121,6 +121,7 @@ class EnvState:
     cue: jax.Array
     upper: jax.Array
     cue_seen: jax.Array
+    upper_seen: jax.Array
 
 
 def _concrete(value) -> np.ndarray | None:
@@ -233,7 +234,8 @@ def _direction_vector(direction: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def view(state: EnvState, params: EnvParams) -> tuple[jax.Array, jax.Array]:
-    """(image int32 [V, V, 3] as MiniGrid's ``gen_obs``, cue visible [] bool).
+    """(image int32 [V, V, 3] as MiniGrid's ``gen_obs``, cue visible [] bool, north end object
+    visible [] bool).
 
     View cell (i, j) is f = V - 1 - j cells ahead and l = i - V // 2 cells to the right of the
     agent (MiniGrid's ``get_view_exts`` + ``slice`` + ``rotate_left`` (dir + 1) times).
@@ -248,13 +250,16 @@ def view(state: EnvState, params: EnvParams) -> tuple[jax.Array, jax.Array]:
     visible = visibility(obj != WALL)
     colour = jnp.where(obj == WALL, GREY, jnp.where(obj == EMPTY, 0, GREEN))
     image = jnp.where(visible[..., None], jnp.stack([obj, colour, jnp.zeros_like(obj)], -1), UNSEEN)
-    cue_visible = jnp.any(visible & (wx == 1) & (wy == params.size // 2 - 1))
-    return image.astype(jnp.int32), cue_visible
+    mid = params.size // 2
+    cue_visible = jnp.any(visible & (wx == 1) & (wy == mid - 1))
+    upper_visible = jnp.any(visible & (wx == state.hallway_end + 1) & (wy == mid - 2))
+    return image.astype(jnp.int32), cue_visible, upper_visible
 
 
 def _observe(state: EnvState, params: EnvParams) -> tuple[jax.Array, EnvState]:
-    image, cue_visible = view(state, params)
-    return image.reshape(-1).astype(jnp.float32), state.replace(cue_seen=state.cue_seen | cue_visible)
+    image, cue_visible, upper_visible = view(state, params)
+    return image.reshape(-1).astype(jnp.float32), state.replace(cue_seen=state.cue_seen | cue_visible,
+                                                                upper_seen=state.upper_seen | upper_visible)
 
 
 def reset_to(layout: Layout, params: EnvParams) -> tuple[jax.Array, EnvState]:
@@ -262,7 +267,7 @@ def reset_to(layout: Layout, params: EnvParams) -> tuple[jax.Array, EnvState]:
     mid = (params.size // 2).astype(jnp.int32)
     state = EnvState(x=layout.agent_x, y=mid, direction=jnp.int32(EAST), time=jnp.int32(0),
                      hallway_end=layout.hallway_end, cue=layout.cue, upper=layout.upper,
-                     cue_seen=jnp.zeros((), bool))
+                     cue_seen=jnp.zeros((), bool), upper_seen=jnp.zeros((), bool))
     return _observe(state, params)
 
 
@@ -301,16 +306,21 @@ def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
 
 
 def oracle_action(state: EnvState, params: EnvParams) -> jax.Array:
-    """Privileged policy that always succeeds when the time limit allows (:func:`oracle_max_steps`).
+    """Oracle that always succeeds when the time limit allows (:func:`oracle_max_steps`).
 
-    It knows the layout and whether the cue has been in view, and acts as an agent with a
-    perfect memory: until the cue has been seen, face west and walk back; then face east and
-    walk to the split (h + 1, mid); there, face the success side and step onto it. Turns take
-    the shorter way round (left on a half turn).
+    It acts as an agent with a perfect memory of what it has seen: until the cue has been
+    seen, face west and walk back; then face east and walk to the split (h + 1, mid); there,
+    face north until the north end object has been seen (with a 3 x 3 view it comes into
+    view only then), then face the success side and step onto it. Turns take the shorter
+    way round (left on a half turn). It reads the layout only through ``cue_seen`` and
+    ``upper_seen``, so each action is a function of the observations so far (tested): a
+    model imitating it can, in principle, match every action. (An oracle that turned to the
+    success side straight away would choose before the end objects are in a 3 x 3 view, by
+    information no observation holds, and cap any imitation at 50%.)
     """
     mid = params.size // 2
     at_split = state.x == state.hallway_end + 1
-    side = jnp.where(success_y(state, params) < mid, NORTH, SOUTH)
+    side = jnp.where(~state.upper_seen, NORTH, jnp.where(success_y(state, params) < mid, NORTH, SOUTH))
     target = jnp.where(~state.cue_seen, WEST, jnp.where(at_split, side, EAST))
     diff = (target - state.direction) % 4
     return jnp.where(diff == 0, FORWARD, jnp.where(diff == 1, RIGHT, LEFT)).astype(jnp.int32)
@@ -318,9 +328,10 @@ def oracle_action(state: EnvState, params: EnvParams) -> jax.Array:
 
 def oracle_max_steps(size) -> int:
     """Longest oracle episode on side ``size`` (any view >= 3): start at x0 = h = S - 3, half
-    turn, walk back to x = 3 (the cue enters a 3-wide view), half turn, walk to h + 1, turn,
-    step: 2 + (h - 3) + 2 + (h - 2) + 2 = 2h + 1 steps."""
-    return 2 * (int(np.max(np.asarray(size))) - 3) + 1
+    turn, walk back to x = 3 (the cue enters a 3-wide view), half turn, walk to h + 1, turn
+    north (the north object enters the view), half turn to the south, step:
+    2 + (h - 3) + 2 + (h - 2) + 1 + 2 + 1 = 2h + 3 steps."""
+    return 2 * (int(np.max(np.asarray(size))) - 3) + 3
 
 
 def _episode(key: jax.Array, params: EnvParams, num_steps: int):
@@ -332,7 +343,7 @@ def _episode(key: jax.Array, params: EnvParams, num_steps: int):
         next_obs, next_state, reward, step_done, _ = step(None, state, action, params)
         live = ~done
         record = (obs, action * live, reward * live, live.astype(jnp.float32),
-                  live & (state.x == state.hallway_end + 1))
+                  live & (state.x == state.hallway_end + 1) & state.upper_seen)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(done, b, a), new, old)
         return (keep(next_obs, obs), keep(next_state, state), done | step_done), record
 
@@ -355,8 +366,9 @@ def generate(key: jax.Array, params: EnvParams, num_steps: int) -> Trajectories:
     episode runs, 0 at the final observation (recorded) and in padding (which repeats it).
     The two extra fields of :class:`~rate_jax.dataset.Trajectories` keep the meaning that
     :func:`rate_jax.train.make_validate` reads: ``corridor_length`` [B] is the index of the
-    memory-dependent decision (the first observation at the split, where the oracle turns
-    to the success side) and ``goal_y`` [B] is +1 if the success side is north, else -1.
+    memory-dependent decision (the first observation at the split with the north object
+    seen, where the oracle heads for the success side: forward to the north, or the first
+    turn of a half turn to the south) and ``goal_y`` [B] is +1 if the success side is north, else -1.
     ``num_steps`` must exceed :func:`oracle_max_steps` so that every episode ends in it.
     """
     if not isinstance(num_steps, int) or num_steps < 2:

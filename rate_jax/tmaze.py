@@ -77,7 +77,8 @@ def reset(key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
 
 
 def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
-    """One transition; returns (obs, state, reward, done, info)."""
+    """One transition; returns (obs, state, reward, done, {"success": bool}) (success: the
+    episode ended on the goal, where the reward is 1)."""
     nx = state.x + jnp.asarray(ACTION_DX)[action]
     ny = state.y + jnp.asarray(ACTION_DY)[action]
     length = params.corridor_length
@@ -87,8 +88,8 @@ def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
     state = EnvState(x=jnp.where(valid, nx, state.x), y=jnp.where(valid, ny, state.y), goal_y=state.goal_y,
                      time=state.time + 1)
     done = (state.time >= params.episode_length) | ((state.x == length) & (state.y != 0))
-    reward = jnp.where(done & (state.y == state.goal_y), 1.0, 0.0)
-    return observation(key, state, params), state, reward, done, {}
+    success = done & (state.y == state.goal_y)
+    return observation(key, state, params), state, jnp.where(success, 1.0, 0.0), done, {"success": success}
 
 
 def oracle_action(state: EnvState, params: EnvParams) -> jax.Array:

@@ -1,4 +1,7 @@
-"""Offline training of the RATE family on oracle T-Maze data: ``make_train(config) -> train(key)``.
+"""Offline training of the RATE family on oracle data: ``make_train(config) -> train(key)``.
+
+The data are oracle T-Maze trajectories (:mod:`rate_jax.dataset`) or, with
+``TrainConfig.task``, oracle episodes of another memory task (:mod:`rate_jax.tasks`).
 
 Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXiv
 2306.09459), training objective: the per-segment action loss L(a_n, \\hat a_n)
@@ -45,11 +48,15 @@ from rate_jax.model import RATE, Segment, split_segments, unroll
 class TrainConfig:
     """One training run. Trajectories have ``model.segment_len * num_segments`` steps.
 
-    ``corridor_lengths``: the corridors of the data (default: K*n - 2, n = 1..N, the
-    authors' set); each must be <= K*N - 2.
+    ``corridor_lengths``: the T-Maze corridors of the data (default: K*n - 2, n = 1..N, the
+    authors' set); each must be <= K*N - 2. ``task``: another memory task
+    (:class:`rate_jax.tasks.PopgymTask`, :class:`rate_jax.tasks.MinigridTask`) whose oracle
+    episodes are the data instead (then K*N must exceed its ``oracle_steps`` and the model's
+    sizes must be the task's).
     """
 
     model: ModelConfig
+    task: object | None = None
     num_segments: int = 3
     corridor_lengths: tuple[int, ...] | None = None
     num_train: int = 512
@@ -80,6 +87,16 @@ class TrainConfig:
         need(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
         for name in ("beta1", "beta2", "lr_end_factor"):
             need(0 <= getattr(self, name) <= 1, name, "in [0, 1]", getattr(self, name))
+        if self.task is not None:
+            task = self.task
+            need(self.corridor_lengths is None, "corridor_lengths", "None with a task (they are T-Maze's)",
+                 self.corridor_lengths)
+            need(self.max_steps > task.oracle_steps, "num_segments",
+                 f"such that K*N > {task.oracle_steps} (the longest oracle episode of the task)", self.num_segments)
+            need((self.model.obs_dim, self.model.num_actions) == (task.obs_dim, task.num_actions),
+                 "model", f"sizes obs_dim={task.obs_dim}, num_actions={task.num_actions} (the task's)",
+                 (self.model.obs_dim, self.model.num_actions))
+            return
         need(self.model.segment_len >= 3, "model.segment_len", ">= 3 for T-Maze data", self.model.segment_len)
         longest = self.max_steps - 2
         need(all(1 <= c <= longest for c in self.lengths), "corridor_lengths",
@@ -92,6 +109,7 @@ class TrainConfig:
 
     @property
     def lengths(self) -> tuple[int, ...]:
+        """The T-Maze training corridors."""
         if self.corridor_lengths is not None:
             return tuple(self.corridor_lengths)
         return dataset.segment_corridor_lengths(self.model.segment_len, self.num_segments)
@@ -118,8 +136,8 @@ STEP_METRICS = ("loss", "grad_norm")
 @struct.dataclass
 class TrainMetrics:
     """loss [steps] (mean segment loss per batch); grad_norm [steps] (global gradient norm
-    before clipping); val_turn_accuracy [] (teacher-forced accuracy of the turn at the
-    junction on held-out trajectories); val_accuracy [] (all actions)."""
+    before clipping); val_turn_accuracy [] (teacher-forced accuracy of the memory-dependent
+    decision, T-Maze's turn at the junction, on held-out trajectories); val_accuracy [] (all actions)."""
 
     loss: jax.Array
     grad_norm: jax.Array
@@ -154,10 +172,14 @@ def _optimizer(config: TrainConfig) -> optax.GradientTransformation:
 def init_state(config: TrainConfig, key: jax.Array) -> TrainState:
     """Data (train/validation split drawn from ``key``), parameters and optimiser state."""
     k_data, k_val, k_len, k_vlen, k_init, k_run = jax.random.split(key, 6)
-    lens = dataset.sample_corridor_lengths(k_len, config.lengths, config.num_train)
-    vlens = dataset.sample_corridor_lengths(k_vlen, config.lengths, config.num_val)
-    train_data = dataset.generate(k_data, lens, config.max_steps)
-    val_data = dataset.generate(k_val, vlens, config.max_steps)
+    if config.task is None:
+        lens = dataset.sample_corridor_lengths(k_len, config.lengths, config.num_train)
+        vlens = dataset.sample_corridor_lengths(k_vlen, config.lengths, config.num_val)
+        train_data = dataset.generate(k_data, lens, config.max_steps)
+        val_data = dataset.generate(k_val, vlens, config.max_steps)
+    else:
+        train_data = config.task.data(k_data, config.num_train, config.max_steps)
+        val_data = config.task.data(k_val, config.num_val, config.max_steps)
     first = jax.tree.map(lambda x: x[0, :1], to_segments(train_data, config.model.segment_len))
     params = RATE(config.model).init(k_init, first)
     return TrainState(params=params, opt_state=_optimizer(config).init(params), train_data=train_data,
@@ -247,7 +269,8 @@ def make_update(config: TrainConfig, num_steps: int
 
 
 def make_validate(config: TrainConfig) -> Callable[[TrainState], tuple[jax.Array, jax.Array]]:
-    """``validate(state) -> (turn accuracy, all-action accuracy)`` on the held-out trajectories."""
+    """``validate(state) -> (decision accuracy, all-action accuracy)`` on the held-out
+    trajectories; the decision is the action at index ``corridor_length`` (T-Maze: the turn)."""
     model = RATE(config.model)
 
     def validate(state: TrainState):
@@ -257,7 +280,7 @@ def make_validate(config: TrainConfig) -> Callable[[TrainState], tuple[jax.Array
         logits = unroll(model, state.params, segs, carry).logits  # [N, B, K, A]
         logits = jnp.swapaxes(logits, 0, 1).reshape(config.num_val, config.max_steps, -1)
         correct = (jnp.argmax(logits, -1) == val.actions).astype(jnp.float32)
-        turn = val.corridor_length  # the turn is taken at the observation with index L
+        turn = val.corridor_length  # T-Maze: the turn is taken at the observation with index L
         turn_correct = jnp.take_along_axis(correct, turn[:, None], axis=1)[:, 0]
         all_acc = jnp.sum(correct * val.action_mask) / jnp.sum(val.action_mask)
         return jnp.mean(turn_correct), all_acc

@@ -1,9 +1,16 @@
-"""Training shared by the RATE studies (``rate.tmaze``, ``rate.mrv``): not a study itself.
+"""Training and evaluation shared by the RATE studies: not a study itself.
 
-One model configuration, every seed in one vmapped program, chunked and checkpointed by
+Training (``rate.tmaze``, ``rate.mrv``, ``rate.popgym``, ``rate.minigrid_memory``): one
+model configuration, every seed in one vmapped program, chunked and checkpointed by
 ``experiments.seeds.train_chunked`` with a NaN guard on the recorded per-step loss.
+Evaluation in a task environment (``rate.popgym``, ``rate.minigrid_memory``): every seed
+on every episode as one compiled program (``rate_jax.make_env_evaluate``).
 """
 from __future__ import annotations
+
+import dataclasses
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +19,41 @@ import numpy as np
 import rate_jax
 from experiments import seeds
 from experiments.registry import RunContext
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
+    ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
+    from ``num_train`` oracle episodes (``num_val`` held out), AdamW at ``learning_rate`` with
+    ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``)."""
+
+    num_steps: int
+    chunks: int
+    batch_size: int
+    num_train: int
+    num_val: int
+    learning_rate: float
+    warmup_steps: int
+    weight_decay: float
+
+    def __post_init__(self):
+        def need(cond, field, allowed):
+            if not cond:
+                raise ValueError(f"training.{field} must be {allowed}, got {getattr(self, field)!r}")
+
+        for name in ("num_steps", "chunks", "batch_size", "num_train", "num_val"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "an integer >= 1")
+        need(self.num_steps % self.chunks == 0, "chunks", f"a divisor of num_steps={self.num_steps}")
+        need(self.learning_rate > 0, "learning_rate", "> 0")
+        need(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+        need(self.weight_decay >= 0, "weight_decay", ">= 0")
+
+    def train_config(self, model: rate_jax.ModelConfig, num_segments: int, task) -> rate_jax.TrainConfig:
+        return rate_jax.TrainConfig(
+            model=model, task=task, num_segments=num_segments, num_train=self.num_train, num_val=self.num_val,
+            batch_size=self.batch_size, num_steps=self.num_steps, learning_rate=self.learning_rate,
+            warmup_steps=self.warmup_steps, weight_decay=self.weight_decay)
 
 
 def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seeds: int, stream: int, chunks: int):
@@ -27,3 +69,23 @@ def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seed
                                 loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
     turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
     return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
+
+
+def evaluate_seeds(ctx: RunContext, study: str, name: str, model: rate_jax.ModelConfig, task, env_params,
+                   max_steps: int, params, keys) -> dict[str, np.ndarray]:
+    """Every seed (``params`` and evaluation ``keys`` [S] stacked) on every episode of
+    ``env_params`` (leading axis E) of ``task.env``, from return-to-go ``task.initial_rtg``,
+    each run for ``max_steps`` steps: {"success", "episode_return", "episode_length": [S, E]}
+    (success NaN where the task reports none). One compiled program; its compile time is
+    recorded on ``ctx`` and logged with the run time."""
+    evaluate = rate_jax.make_env_evaluate(model, task.env, max_steps, task.initial_rtg)
+    t0 = time.perf_counter()
+    program = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None))).lower(params, keys, env_params).compile()
+    compile_s = time.perf_counter() - t0
+    ctx.record_compile(compile_s)
+    t0 = time.perf_counter()
+    out = program(params, keys, env_params)
+    result = {k: np.asarray(getattr(out, k)) for k in ("success", "episode_return", "episode_length")}
+    print(f"[{study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr, flush=True)
+    return result
