@@ -63,7 +63,8 @@ from rate_jax.model import RATE, Carry, DecodeState, Segment
 
 @struct.dataclass
 class EvalResult:
-    """success [E] (1.0 when the episode ended on the goal), episode_return [E],
+    """success [E] (1.0 when some step reported ``info["success"]``: in T-Maze, the episode
+    ended on the goal; NaN for an environment that reports none), episode_return [E],
     episode_length [E] (steps until the episode ended), actions [E, S*K] (the argmax
     action at every step, S*K >= max_steps; steps after the end of an episode are still
     chosen but not applied)."""

@@ -12,11 +12,12 @@ from experiments.studies.rate import tmaze
 
 # The smallest run that passes validation, at the quick K = 6, N = 3 (training corridors 4, 10, 16,
 # context 18): one layer, 4 steps in 2 chunks, 2 seeds, 2 episodes on corridors 4, 16 and 22 (checked at 22);
-# without TrXL (the costliest compile), with RMT and RATE-noMRV (one configuration, trained once).
+# RATE and DT only (RMT and RATE-noMRV share one configuration, trained once: tested above with a
+# stubbed trainer; the end-to-end run needs no third model).
 TINY = ["--set", "base.n_layer=1", "--set", "base.d_model=16", "--set", "base.d_head=8",
         "--set", "base.num_mem_tokens=2", "--set", "num_steps=4", "--set", "chunks=2", "--set", "num_train=16",
         "--set", "num_val=8", "--set", "batch_size=4", "--set", "warmup_steps=1", "--set", "episodes=[2,2,2]",
-        "--set", "eval_corridors=[4,16,22]", "--set", "check_corridor=22", "--set", "eval_slots=3", "--set", 'variants=["RATE","RMT","RATE-noMRV","DT"]', "--seeds", "2"]
+        "--set", "eval_corridors=[4,16,22]", "--set", "check_corridor=22", "--set", "eval_slots=3", "--set", 'variants=["RATE","DT"]', "--seeds", "2"]
 CHECKS = ["rate_success_in_distribution_min", "rate_success_check_corridor", "rate_minus_rmt_check_corridor",
           "rate_minus_trxl_check_corridor", "rate_minus_rate_no_mrv_check_corridor", "rate_minus_dt_check_corridor"]
 
@@ -129,7 +130,8 @@ def test_tiny_run_end_to_end(tiny_run):
     result = json.loads((folder / "result.json").read_text())
     passed = all(c["passed"] for c in result["checks"])
     assert rc == (0 if passed else 1)  # 4 steps do not train a model: the verdict may go either way
-    assert [c["name"] for c in result["checks"]] == [c for c in CHECKS if "trxl" not in c]
+    assert [c["name"] for c in result["checks"]] == [c for c in CHECKS if not any(
+        b in c for b in ("trxl", "rmt", "no_mrv"))]
     assert result["config"]["base"]["d_model"] == 16 and result["config"]["num_steps"] == 4
     assert result["config"]["seeds"] == 2 and {"field": "seeds", "value": 2} in result["overrides"]
     assert 0.0 <= result["metrics"]["rate_success_in_distribution"] <= 1.0
@@ -138,15 +140,15 @@ def test_tiny_run_end_to_end(tiny_run):
     with open(folder / "curves.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["model", "seed", "step", "loss", "grad_norm"]
-    assert len(rows) == 4 * 2 * 4  # variants x seeds x steps
-    variants = ("RATE", "RMT", "RATE-noMRV", "DT")
+    assert len(rows) == 2 * 2 * 4  # variants x seeds x steps
+    variants = ("RATE", "DT")
     assert {(r["model"], r["seed"]) for r in rows} == {(m, s) for m in variants for s in ("0", "1")}
     assert [r["step"] for r in rows[:4]] == ["1", "2", "3", "4"]
     assert all(float(r["loss"]) > 0 and float(r["grad_norm"]) > 0 for r in rows)  # every step recorded
 
     with open(folder / "success.csv") as f:
         success = list(csv.DictReader(f))
-    assert len(success) == 5 * 2 * 3  # (4 variants, RATE+memory noise) x seeds x corridors
+    assert len(success) == 3 * 2 * 3  # (2 variants, RATE+memory noise) x seeds x corridors
     table = (folder / "table.csv").read_text().splitlines()
     assert table[0].split(",")[:5] == ["corridor_length", "episodes_per_seed", "in_distribution", "beyond_context",
                                        "crosses_segment"]
