@@ -92,7 +92,7 @@ def variant(name: str, base: ModelConfig, num_segments: int, dt_context: str = "
       K*N (the authors' T-Maze ``model_mode=DT`` sets context_length = K*sections and
       sections = 1); ``"segment"``: context K, trained on the N segments of K steps as
       separate windows (nothing crosses a segment boundary), as the authors' POPGym scripts
-      (``run_experiments/POPGym/DT``: context_length = ceil(T / 3) = RATE's K, sections = 1).
+      (repository CognitiveAISystems/RATE, ``run_experiments/POPGym/DT``: context_length = ceil(T / 3) = RATE's K, sections = 1).
     * ``RMT``: memory tokens, no MRV, no cache.
     * ``TrXL``: cache only (``mem_len`` = that of ``base`` or, if 0, K*N*3 tokens as in
       the authors' 450 = 3*150), no memory tokens, no MRV.

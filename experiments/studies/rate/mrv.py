@@ -151,7 +151,9 @@ FULL = MRVStudyConfig(
 
 def train_model(config: MRVStudyConfig, name: str, ctx: RunContext):
     """``config.seeds`` seeds of model ``name`` (``training.train_seeds``): (state, curves, val turn accuracy)."""
-    return training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream, config.chunks)
+    state, curves, turn, _ = training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream,
+                                                  config.chunks)
+    return state, curves, turn
 
 
 def long_memories(config: MRVStudyConfig, name: str, params) -> dict[str, np.ndarray]:

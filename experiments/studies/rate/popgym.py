@@ -11,7 +11,7 @@ compared (``PAPER`` keeps the paper's numbers under their own names).
 Tasks (``rate_jax.popgym``, why these three: see its docstring): RepeatPrevious (a delay
 line), Autoencode (recall a sequence in reverse) and CountRecall (running counts), at
 ``level``. Offline data: oracle episodes (return 1). Setting as the authors' POPGym
-scripts (``run_experiments/POPGym``): RATE's K = ceil(T / 3) for the task's T steps
+scripts (their repository CognitiveAISystems/RATE, ``run_experiments/POPGym``): RATE's K = ceil(T / 3) for the task's T steps
 (here ceil((T + 1) / N), so the K*N steps hold the final observation), N = 3 segments, so
 RATE's training trajectories are whole episodes; DT has context K (``rate_jax.variant``
 with ``dt_context="segment"``: trained on the K-step windows, and at evaluation it
@@ -183,12 +183,10 @@ def compute(config: PopgymStudyConfig, ctx: RunContext) -> dict:
         for variant in config.variants:
             tcfg = config.train_config(name, variant)
             tag = f"{name}_{variant}"
-            state, curves, _ = training.train_seeds(ctx, tag, tcfg, config.seeds, config.stream,
-                                                    config.training.chunks)
-            _, acc = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state)
-            accuracy[name][variant] = np.asarray(acc)
+            state, curves, _, accuracy[name][variant] = training.train_seeds(ctx, tag, tcfg, config.seeds,
+                                                                             config.stream, config.training.chunks)
             final_loss[name][variant] = curves["loss"][:, -tail:].mean(-1)
-            result = training.evaluate_seeds(ctx, "rate.popgym", tag, tcfg.model, task,
+            result = training.evaluate_seeds(ctx, tag, tcfg.model, task,
                                              task.env_params(config.eval_episodes), task.oracle_steps, state.params,
                                              eval_keys)
             returns[name][variant] = result["episode_return"]

@@ -228,7 +228,9 @@ FULL = TMazeStudyConfig(
 
 def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
     """``config.seeds`` seeds of model ``name`` (``training.train_seeds``): (state, curves, val turn accuracy)."""
-    return training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream, config.chunks)
+    state, curves, turn, _ = training.train_seeds(ctx, name, config.train_config(name), config.seeds, config.stream,
+                                                  config.chunks)
+    return state, curves, turn
 
 
 def evaluate_variant(config: TMazeStudyConfig, name: str, params, ctx: RunContext,

@@ -1,9 +1,9 @@
 """Training and evaluation shared by the RATE studies: not a study itself.
 
-Training (``rate.tmaze``, ``rate.mrv``, ``rate.popgym``, ``rate.minigrid_memory``): one
+Training (``rate.tmaze``, ``rate.mrv``, ``rate.popgym``): one
 model configuration, every seed in one vmapped program, chunked and checkpointed by
 ``experiments.seeds.train_chunked`` with a NaN guard on the recorded per-step loss.
-Evaluation in a task environment (``rate.popgym``, ``rate.minigrid_memory``): every seed
+Evaluation in a task environment (``rate.popgym``): every seed
 on every episode as one compiled program (``rate_jax.make_env_evaluate``).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from experiments.registry import RunContext
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
+    """How a RATE study trains each model (``rate.popgym``):
     ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
     from ``num_train`` oracle episodes (``num_val`` held out), AdamW at ``learning_rate`` with
     ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``)."""
@@ -60,18 +60,18 @@ def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seed
     """Train ``tcfg`` from the keys ``seed_keys(num_seeds, stream)``, checkpointed as ``ckpt_<name>``.
 
     Returns (TrainState with leading axis S (host arrays), curves {metric: [S, num_steps]},
-    teacher-forced validation turn accuracy [S]).
+    teacher-forced validation accuracy [S] of the decision (T-Maze: the turn), of all actions [S]).
     """
     keys = jnp.asarray(seeds.seed_keys(num_seeds, stream))  # raw uint32 keys: checkpointable
     per_chunk = tcfg.num_steps // chunks
     state = seeds.train_chunked(ctx, f"ckpt_{name}", rate_jax.make_chunk(tcfg, chunks),
                                 rate_jax.init_chunked(tcfg, keys), chunks, model=name,
                                 loss_so_far=lambda run, items, done: run.curves["loss"][items, : done * per_chunk])
-    turn, _ = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
-    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn)
+    turn, acc = jax.jit(jax.vmap(rate_jax.make_validate(tcfg)))(state.train)
+    return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn), np.asarray(acc)
 
 
-def evaluate_seeds(ctx: RunContext, study: str, name: str, model: rate_jax.ModelConfig, task, env_params,
+def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task, env_params,
                    max_steps: int, params, keys) -> dict[str, np.ndarray]:
     """Every seed (``params`` and evaluation ``keys`` [S] stacked) on every episode of
     ``env_params`` (leading axis E) of ``task.env``, from return-to-go ``task.initial_rtg``,
@@ -86,6 +86,6 @@ def evaluate_seeds(ctx: RunContext, study: str, name: str, model: rate_jax.Model
     t0 = time.perf_counter()
     out = program(params, keys, env_params)
     result = {k: np.asarray(getattr(out, k)) for k in ("success", "episode_return", "episode_length")}
-    print(f"[{study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s",
+    print(f"[{ctx.study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s",
           file=sys.stderr, flush=True)
     return result
