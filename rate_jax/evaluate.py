@@ -12,6 +12,9 @@ buffers hold the cache; step 0 runs the prefix memory and (R_0, o_0), step t > 0
 only (a_{t-1}, R_t, o_t) against the buffers. This equals running the whole segment with
 the not yet seen steps padded, which by the causal mask (``masks.py``) equals running
 the prefix alone (``tests/rate_jax``), at a cost per step of 3 tokens instead of 3K + 2m.
+The steps of a segment run in ``DECODE_GROUPS`` scans whose key/value buffers hold only the
+positions their queries can see (``model.step_groups``): an early step reads about half the
+buffer a late one does, and reading the buffers is most of a step's time.
 
 The rollout (a ``lax.scan`` over segments of a batch of slots) takes any environment with
 gymnax-style ``reset``/``step`` (``rate_jax.tmaze``, ``rate_jax.minigrid_memory``, the
@@ -58,7 +61,9 @@ from flax import struct
 
 from rate_jax import tmaze
 from rate_jax.config import ModelConfig
-from rate_jax.model import RATE, Carry, DecodeState, Segment
+from rate_jax.model import RATE, Carry, DecodeState, Segment, step_groups
+
+DECODE_GROUPS = 3  # step ranges of a segment decoded with buffers only as long as they need (``step_groups``)
 
 
 @struct.dataclass
@@ -182,6 +187,7 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
     """
     model = RATE(config)
     k_seg = config.segment_len
+    groups = step_groups(config, min(DECODE_GROUPS, max(k_seg - 1, 1)))
     episodes = jnp.asarray(schedule.episode)
     own_segments = jnp.asarray(schedule.segment)
     s_slots = schedule.episode.shape[1]
@@ -235,15 +241,18 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
             buf = Segment(obs=jnp.zeros((s_slots, k_seg, config.obs_dim)),
                           actions=jnp.zeros((s_slots, k_seg), jnp.int32), rtg=jnp.zeros((s_slots, k_seg)),
                           action_known=jnp.zeros((s_slots, k_seg)))
-            kv = model.apply(params, ro.carry, method=RATE.decode_start)
+            kv = model.apply(params, ro.carry, groups[0][2], method=RATE.decode_start)
             m = config.num_mem_tokens
-            first = env_step(ro, buf, kv, 0, k_first, 0, m + 2)  # prefix memory, R_0, o_0
+            c = env_step(ro, buf, kv, 0, k_first, 0, m + 2)  # prefix memory, R_0, o_0
 
             def body(c, inputs):
                 idx, keys = inputs
                 return env_step(*c, idx, keys, m + 3 * idx - 1, 3), None  # a_{idx-1}, R_idx, o_idx
 
-            (ro, buf, kv), _ = jax.lax.scan(body, first, (jnp.arange(1, k_seg), k_steps))
+            for lo, hi, num_keys in groups:  # buffers only as long as the group's queries can see
+                c = (c[0], c[1], c[2].grow(num_keys))
+                c, _ = jax.lax.scan(body, c, (jnp.arange(lo, hi), k_steps[lo - 1:hi - 1]))
+            ro, buf, kv = c
             carry = model.apply(params, buf, ro.carry, kv, method=RATE.decode_finish)
             if m > 0:
                 noisy = memory_noise[ep].reshape(-1, 1, 1)

@@ -31,3 +31,21 @@ def segment_mask(num_tokens: int, num_mem: int, cache_len: int, read_mem_from_ca
         cache[:num_mem] = read_mem_from_cache
         cache[-num_mem:] = read_mem_from_cache
     return np.concatenate([cache, seq], axis=1)
+
+
+def key_extent(mask: np.ndarray, lo: int, hi: int) -> int:
+    """The number of leading keys that the query rows lo .. hi - 1 of a mask ``[Q, K]`` may attend
+    to: every later key is masked in all of them (0 when they attend to none)."""
+    return int(np.flatnonzero(mask[lo:hi].any(axis=0)).max(initial=-1)) + 1
+
+
+def query_blocks(mask: np.ndarray, num_blocks: int) -> tuple[tuple[int, int, int], ...]:
+    """Static query blocks of a mask ``[Q, K]``: ``num_blocks`` near-equal row ranges [lo, hi), each
+    with its :func:`key_extent`, ``((lo, hi, num_keys), ...)``. Attention restricted to these
+    blocks equals attention over every key, since a masked key has softmax weight exactly 0
+    (``attention.py``)."""
+    q = mask.shape[0]
+    if mask.ndim != 2 or not 1 <= num_blocks <= q:
+        raise ValueError(f"need a [Q, K] mask and 1 <= num_blocks <= Q, got shape {mask.shape} and {num_blocks}")
+    bounds = np.linspace(0, q, num_blocks + 1).round().astype(int)
+    return tuple((int(lo), int(hi), key_extent(mask, lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:]))

@@ -27,15 +27,17 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rate_jax.attention import RelativeMultiHeadAttention
 from rate_jax.config import ModelConfig
-from rate_jax.masks import segment_mask
+from rate_jax.masks import key_extent, query_blocks, segment_mask
 from rate_jax.mrv import MRV, mrv_activation
 
 
 MAX_UNROLL = 8  # segment recurrences up to this length are unrolled (see ``unroll``)
+QUERY_BLOCKS = 3  # query blocks of the attention (``masks.query_blocks``): 1/3 of the causal score work skipped
 
 
 @struct.dataclass
@@ -81,11 +83,26 @@ class DecodeState:
     """Per-layer buffers of one segment for incremental inference, tuples of n_layer arrays:
     keys [B, H, d_head, C + Q] and values [B, H, C + Q, d_head] (the C = mem_len cache
     positions first, then the Q = 2m + 3K positions of concat(M_n, S_n, M_n)); inputs
-    [B, Q, d], each layer's inputs (for the next cache; empty without a cache)."""
+    [B, Q, d], each layer's inputs (for the next cache; empty without a cache). The buffers
+    may hold only the first positions (:meth:`grow`, :func:`step_groups`)."""
 
     keys: tuple
     values: tuple
     inputs: tuple
+
+    @property
+    def num_keys(self) -> int:
+        return self.values[0].shape[2]
+
+    def grow(self, num_keys: int) -> DecodeState:
+        """The key/value buffers zero-padded to ``num_keys`` positions (no copy when they have them)."""
+        extra = num_keys - self.num_keys
+        if extra < 0:
+            raise ValueError(f"cannot shrink decode buffers of {self.num_keys} positions to {num_keys}")
+        if extra == 0:
+            return self
+        return self.replace(keys=tuple(jnp.pad(k, [(0, 0)] * 3 + [(0, extra)]) for k in self.keys),
+                            values=tuple(jnp.pad(v, [(0, 0), (0, 0), (0, extra), (0, 0)]) for v in self.values))
 
 
 class DecoderLayer(nn.Module):
@@ -111,8 +128,9 @@ class DecoderLayer(nn.Module):
             x = self.ln_ff(x + self.drop(self.ff_out(f), deterministic=deterministic))
         return x
 
-    def __call__(self, x, cache, mask, r_w_bias, r_r_bias, deterministic: bool):
-        return self._residuals(x, self.attn(x, cache, mask, r_w_bias, r_r_bias, deterministic), deterministic)
+    def __call__(self, x, cache, mask, r_w_bias, r_r_bias, deterministic: bool, blocks=None):
+        attn = self.attn(x, cache, mask, r_w_bias, r_r_bias, deterministic, blocks)
+        return self._residuals(x, attn, deterministic)
 
     def decode(self, x, keys, values, start, mask, r_w_bias, r_r_bias):
         """The layer for new inputs x [B, n, d] against key/value buffers (see ``attention.decode``)."""
@@ -173,11 +191,14 @@ class RATE(nn.Module):
         """concat(M_n, S_n, M_n): [B, Q, d] with Q = 2m + 3K."""
         return jnp.concatenate([carry.memory, self.embed(segment), carry.memory], axis=1)
 
+    def _static_mask(self) -> np.ndarray:
+        c = self.config
+        return segment_mask(3 * c.segment_len, c.num_mem_tokens, c.mem_len, c.read_mem_from_cache)
+
     def _mask(self, carry: Carry) -> tuple[jax.Array, jax.Array]:
         """The segment mask with invalid cache entries removed, [B, Q, C + Q], and key validity [B, C + Q]."""
-        c = self.config
         b = carry.cache_valid.shape[0]
-        static = jnp.asarray(segment_mask(3 * c.segment_len, c.num_mem_tokens, c.mem_len, c.read_mem_from_cache))
+        static = jnp.asarray(self._static_mask())
         key_valid = jnp.concatenate([carry.cache_valid, jnp.ones((b, static.shape[0]), dtype=bool)], axis=1)
         return static[None] & key_valid[:, None, :], key_valid
 
@@ -198,22 +219,22 @@ class RATE(nn.Module):
             cache, cache_valid = carry.cache, carry.cache_valid
         return Carry(memory=memory, cache=cache, cache_valid=cache_valid), attn
 
-    def decode_start(self, carry: Carry) -> DecodeState:
-        """Buffers for a new segment: keys and values of every layer's cache, zeros elsewhere."""
+    def decode_start(self, carry: Carry, num_keys: int | None = None) -> DecodeState:
+        """Buffers for a new segment: keys and values of every layer's cache, zeros after it, for
+        ``num_keys`` positions (default C + Q, all of them; at least the cache's C)."""
         c = self.config
         q_len = c.tokens_per_segment
         kv = [layer.key_values(cache) for layer, cache in zip(self.layers, carry.cache)]
         b = carry.memory.shape[0]
         inputs = tuple(jnp.zeros((b, q_len, c.d_model)) for _ in self.layers) if c.mem_len else ()
-        return DecodeState(keys=tuple(jnp.pad(k, [(0, 0)] * 3 + [(0, q_len)]) for k, _ in kv),
-                           values=tuple(jnp.pad(v, [(0, 0), (0, 0), (0, q_len), (0, 0)]) for _, v in kv),
-                           inputs=inputs)
+        state = DecodeState(keys=tuple(k for k, _ in kv), values=tuple(v for _, v in kv), inputs=inputs)
+        return state.grow(c.mem_len + q_len if num_keys is None else num_keys)
 
     def _decode_rows(self, segment: Segment, carry: Carry, state: DecodeState, start, num: int):
         """Outputs [B, num, d] of positions start .. start + num - 1 and the state with them added."""
         c = self.config
         x = jax.lax.dynamic_slice_in_dim(self._inputs(segment, carry), start, num, axis=1)
-        mask = jax.lax.dynamic_slice_in_dim(self._mask(carry)[0], start, num, axis=1)
+        mask = jax.lax.dynamic_slice_in_dim(self._mask(carry)[0][..., :state.num_keys], start, num, axis=1)
         keys, values, inputs = [], [], []
         for i, layer in enumerate(self.layers):
             if c.mem_len:
@@ -242,6 +263,7 @@ class RATE(nn.Module):
         token and the write suffix (m + 1 positions); equals ``__call__(...).carry``."""
         c = self.config
         q_len = c.tokens_per_segment
+        state = state.grow(c.mem_len + q_len)
         x, state = self._decode_rows(segment, carry, state, q_len - c.num_mem_tokens - 1, c.num_mem_tokens + 1)
         return self._next_carry(carry, state.inputs, x[:, 1:], self._mask(carry)[1])[0]
 
@@ -260,14 +282,29 @@ class RATE(nn.Module):
         x = self.drop(self._inputs(segment, carry), deterministic=deterministic)
         q_len = x.shape[1]
         mask, key_valid = self._mask(carry)
+        blocks = query_blocks(self._static_mask(), min(QUERY_BLOCKS, q_len))
         layer_inputs = []
         for layer, cache in zip(self.layers, carry.cache):
             layer_inputs.append(x)
-            x = layer(x, cache, mask, self.r_w_bias, self.r_r_bias, deterministic)
+            x = layer(x, cache, mask, self.r_w_bias, self.r_r_bias, deterministic, blocks)
         logits = self.head(x[:, m + 1:m + 3 * k_steps:3])
         write = x[:, q_len - m:]
         new_carry, attn = self._next_carry(carry, layer_inputs, write, key_valid)
         return SegmentOutput(logits=logits, carry=new_carry, write=write, mrv_attention=attn)
+
+
+def step_groups(config: ModelConfig, num_groups: int) -> tuple[tuple[int, int, int], ...]:
+    """Steps 1 .. K-1 of incremental inference in ``num_groups`` near-equal ranges [lo, hi), each with
+    the key positions its queries may attend to, cache included (:func:`rate_jax.masks.key_extent`):
+    ``((lo, hi, num_keys), ...)``. Decoding a group with buffers of ``num_keys`` positions
+    (:meth:`DecodeState.grow`) gives the same outputs, since every later key is masked; the first
+    group's buffers also serve step 0 (the prefix memory and R_0, o_0, earlier rows)."""
+    k, m = config.segment_len, config.num_mem_tokens
+    if not (isinstance(num_groups, int) and 1 <= num_groups <= max(k - 1, 1)):
+        raise ValueError(f"num_groups must be an integer in [1, {max(k - 1, 1)}], got {num_groups!r}")
+    mask = segment_mask(3 * k, m, config.mem_len, config.read_mem_from_cache)
+    bounds = np.linspace(1, k, num_groups + 1).round().astype(int)
+    return tuple((int(lo), int(hi), key_extent(mask, 0, m + 3 * (hi - 1) + 2)) for lo, hi in zip(bounds[:-1], bounds[1:]))
 
 
 def split_segments(tree, segment_len: int):

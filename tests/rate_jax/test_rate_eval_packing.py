@@ -80,10 +80,10 @@ def test_slots_start_every_episode_from_m0_and_an_empty_cache(monkeypatch):
     entry where an episode starts, an updated memory and a filled cache elsewhere."""
     seen, decode_start = [], RATE.decode_start
 
-    def spy(self, carry):
+    def spy(self, carry, num_keys=None):
         jax.debug.callback(lambda m, v: seen.append((np.asarray(m), np.asarray(v))), carry.memory, carry.cache_valid,
                            ordered=True)
-        return decode_start(self, carry)
+        return decode_start(self, carry, num_keys)
 
     monkeypatch.setattr(RATE, "decode_start", spy)
     jax.block_until_ready(make_packed_evaluate(CFG, LENGTHS, SLOTS)(_params(), jax.random.key(7), NOISE))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rate_reference as ref
-from rate_jax import (MRV, RATE, VARIANTS, Carry, ModelConfig, Segment, mrv_activation, segment_mask, unroll,
+from rate_jax import (MRV, RATE, VARIANTS, Carry, ModelConfig, Segment, mrv_activation, segment_mask, step_groups, unroll,
                       variant)
 
 TINY = ModelConfig(segment_len=3, num_mem_tokens=2, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=6,
@@ -85,7 +85,8 @@ def test_logits_do_not_see_future_but_memory_reads_and_writes():
 def test_incremental_decode_equals_the_full_segment(name):
     """Buffers filled step by step give every observation's logits and the next carry (memory,
     cache) of the parallel forward pass, in a second segment whose cache is partly valid
-    (TrXL, RATE) and read by the tokens."""
+    (TrXL, RATE) and read by the tokens. The steps run in the evaluator's groups, with
+    buffers only as long as each group's queries can see (``step_groups``)."""
     cfg, _ = variant(name, TINY, 2)
     model = RATE(cfg)
     params = shared_params()
@@ -96,14 +97,19 @@ def test_incremental_decode_equals_the_full_segment(name):
     want = jax.jit(model.apply)(params, seg, carry)
     m = cfg.num_mem_tokens
 
+    groups = step_groups(cfg, min(3, cfg.segment_len - 1))
+    assert len({n for *_, n in groups}) == len(groups) > 1 and groups[-1][1] == cfg.segment_len
+
     @jax.jit
     def decode_all(seg, carry):
-        state = model.apply(params, carry, method=RATE.decode_start)
+        state = model.apply(params, carry, groups[0][2], method=RATE.decode_start)
         logits, state = model.apply(params, seg, carry, state, 0, m + 2, method=RATE.decode)
         out = [logits]
-        for t in range(1, cfg.segment_len):  # a_{t-1}, R_t, o_t
-            logits, state = model.apply(params, seg, carry, state, m + 3 * t - 1, 3, method=RATE.decode)
-            out.append(logits)
+        for lo, hi, num_keys in groups:
+            state = state.grow(num_keys)
+            for t in range(lo, hi):  # a_{t-1}, R_t, o_t
+                logits, state = model.apply(params, seg, carry, state, m + 3 * t - 1, 3, method=RATE.decode)
+                out.append(logits)
         return jnp.stack(out, axis=1), model.apply(params, seg, carry, state, method=RATE.decode_finish)
 
     logits, next_carry = decode_all(seg, carry)
