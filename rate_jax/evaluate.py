@@ -64,6 +64,7 @@ from rate_jax.config import ModelConfig
 from rate_jax.model import RATE, Carry, DecodeState, Segment, step_groups
 
 DECODE_GROUPS = 3  # step ranges of a segment decoded with buffers only as long as they need (``step_groups``)
+MIN_GROUP_STEPS = 10  # a segment of fewer than 2 x 10 steps decodes as one group
 
 
 @struct.dataclass
@@ -187,7 +188,7 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
     """
     model = RATE(config)
     k_seg = config.segment_len
-    groups = step_groups(config, min(DECODE_GROUPS, max(k_seg - 1, 1)))
+    groups = step_groups(config, max(1, min(DECODE_GROUPS, (k_seg - 1) // MIN_GROUP_STEPS)))
     episodes = jnp.asarray(schedule.episode)
     own_segments = jnp.asarray(schedule.segment)
     s_slots = schedule.episode.shape[1]

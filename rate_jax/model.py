@@ -38,6 +38,7 @@ from rate_jax.mrv import MRV, mrv_activation
 
 MAX_UNROLL = 8  # segment recurrences up to this length are unrolled (see ``unroll``)
 QUERY_BLOCKS = 3  # query blocks of the attention (``masks.query_blocks``): 1/3 of the causal score work skipped
+MIN_BLOCK_ROWS = 32  # a segment of fewer than 2 x 32 tokens runs as one block (small blocks cost more compile than they save)
 
 
 @struct.dataclass
@@ -282,7 +283,7 @@ class RATE(nn.Module):
         x = self.drop(self._inputs(segment, carry), deterministic=deterministic)
         q_len = x.shape[1]
         mask, key_valid = self._mask(carry)
-        blocks = query_blocks(self._static_mask(), min(QUERY_BLOCKS, q_len))
+        blocks = query_blocks(self._static_mask(), max(1, min(QUERY_BLOCKS, q_len // MIN_BLOCK_ROWS)))
         layer_inputs = []
         for layer, cache in zip(self.layers, carry.cache):
             layer_inputs.append(x)
