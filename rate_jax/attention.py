@@ -128,7 +128,6 @@ class RelativeMultiHeadAttention(nn.Module):
         _, k, v = self._project(x)
         return jnp.transpose(k, (0, 2, 3, 1)), jnp.swapaxes(v, 1, 2)
 
-
     def _output(self, out):
         """Output projection of the heads' outputs [B, Q, H, d_head]."""
         return self.o_net(out.reshape(out.shape[:2] + (-1,)))
@@ -155,8 +154,7 @@ class RelativeMultiHeadAttention(nn.Module):
             outs.append(attention_core(qu[:, :, lo:hi], qv[:, lo:hi], k[..., :nk],
                                        jnp.transpose(r[index[lo:hi, :nk]], (2, 0, 3, 1)), v[:, :, :nk],
                                        mask[None, :, lo:hi, :nk], keep, 1.0 / np.sqrt(self.d_head)))
-        out = jnp.concatenate(outs, axis=2) if len(outs) > 1 else outs[0]
-        return self._output(jnp.transpose(out, (1, 2, 0, 3)))
+        return self._output(jnp.transpose(jnp.concatenate(outs, axis=2), (1, 2, 0, 3)))
 
     def decode(self, x, keys, values, start, mask, r_w_bias, r_r_bias):
         """Incremental attention for n new queries at key positions start .. start + n - 1.
@@ -171,19 +169,16 @@ class RelativeMultiHeadAttention(nn.Module):
         Each step reads the buffers once per product, so its cost is their memory traffic
         (the evaluator keeps them only as long as needed, ``model.step_groups``); the layouts
         make both products plain batched matrix products (on a CPU several times faster than
-        einsums over [B, K, H, d_head] buffers, measured). W_r p(d) is computed for the
-        2K - 1 distances of the buffers (p(d) a constant table) and sliced per query.
+        einsums over [B, K, H, d_head] buffers, measured).
         """
         q, k, v = self._project(x)  # [B, n, H, d_head]
         keys = jax.lax.dynamic_update_slice_in_dim(keys, jnp.transpose(k, (0, 2, 3, 1)), start, axis=3)
         values = jax.lax.dynamic_update_slice_in_dim(values, jnp.swapaxes(v, 1, 2), start, axis=2)
         n, num_keys = x.shape[1], keys.shape[3]
-        table = sinusoid(np.arange(num_keys - 1, -num_keys, -1, dtype=np.float32), self.d_model)  # d descending
-        r = jnp.transpose(self._split_heads(self.r_net(table)), (1, 2, 0))  # [H, dh, 2K - 1]
-        # query at key position p sees distances p - j, j = 0..K-1: the columns K-1-p .. 2K-2-p
-        r = jnp.stack([jax.lax.dynamic_slice_in_dim(r, num_keys - 1 - (start + i), num_keys, axis=2)
-                       for i in range(n)], axis=1)  # [H, n, dh, K]
+        distances = (start + jnp.arange(n))[:, None] - jnp.arange(num_keys)[None, :]
+        r = self._split_heads(self.r_net(sinusoid(distances.astype(jnp.float32), self.d_model)))  # [n, K, H, dh]
         content = jnp.swapaxes(q + r_w_bias, 1, 2) @ keys  # [B, H, n, K]
-        position = jnp.transpose(jnp.transpose(q + r_r_bias, (2, 1, 0, 3)) @ r, (2, 0, 1, 3))  # [H, n, B, K] -> [B, H, n, K]
+        position = jnp.transpose(jnp.transpose(q + r_r_bias, (2, 1, 0, 3)) @ jnp.transpose(r, (2, 0, 3, 1)),
+                                 (2, 0, 1, 3))  # [H, n, B, dh] @ [H, n, dh, K] -> [B, H, n, K]
         out = masked_softmax(content + position, mask[:, None], 1.0 / np.sqrt(self.d_head)) @ values
         return self._output(jnp.swapaxes(out, 1, 2)), keys, values

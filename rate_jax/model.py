@@ -41,6 +41,11 @@ QUERY_BLOCKS = 3  # query blocks of the attention (``masks.query_blocks``): 1/3 
 MIN_BLOCK_ROWS = 32  # a segment of fewer than 2 x 32 tokens runs as one block (small blocks cost more compile than they save)
 
 
+def config_mask(config: ModelConfig) -> np.ndarray:
+    """The static segment mask of a model configuration (``masks.segment_mask``), [Q, C + Q]."""
+    return segment_mask(3 * config.segment_len, config.num_mem_tokens, config.mem_len, config.read_mem_from_cache)
+
+
 @struct.dataclass
 class Segment:
     """One segment of K steps for a batch B.
@@ -192,14 +197,10 @@ class RATE(nn.Module):
         """concat(M_n, S_n, M_n): [B, Q, d] with Q = 2m + 3K."""
         return jnp.concatenate([carry.memory, self.embed(segment), carry.memory], axis=1)
 
-    def _static_mask(self) -> np.ndarray:
-        c = self.config
-        return segment_mask(3 * c.segment_len, c.num_mem_tokens, c.mem_len, c.read_mem_from_cache)
-
     def _mask(self, carry: Carry) -> tuple[jax.Array, jax.Array]:
         """The segment mask with invalid cache entries removed, [B, Q, C + Q], and key validity [B, C + Q]."""
         b = carry.cache_valid.shape[0]
-        static = jnp.asarray(self._static_mask())
+        static = jnp.asarray(config_mask(self.config))
         key_valid = jnp.concatenate([carry.cache_valid, jnp.ones((b, static.shape[0]), dtype=bool)], axis=1)
         return static[None] & key_valid[:, None, :], key_valid
 
@@ -283,7 +284,7 @@ class RATE(nn.Module):
         x = self.drop(self._inputs(segment, carry), deterministic=deterministic)
         q_len = x.shape[1]
         mask, key_valid = self._mask(carry)
-        blocks = query_blocks(self._static_mask(), max(1, min(QUERY_BLOCKS, q_len // MIN_BLOCK_ROWS)))
+        blocks = query_blocks(config_mask(c), max(1, min(QUERY_BLOCKS, q_len // MIN_BLOCK_ROWS)))
         layer_inputs = []
         for layer, cache in zip(self.layers, carry.cache):
             layer_inputs.append(x)
@@ -303,7 +304,7 @@ def step_groups(config: ModelConfig, num_groups: int) -> tuple[tuple[int, int, i
     k, m = config.segment_len, config.num_mem_tokens
     if not (isinstance(num_groups, int) and 1 <= num_groups <= max(k - 1, 1)):
         raise ValueError(f"num_groups must be an integer in [1, {max(k - 1, 1)}], got {num_groups!r}")
-    mask = segment_mask(3 * k, m, config.mem_len, config.read_mem_from_cache)
+    mask = config_mask(config)
     bounds = np.linspace(1, k, num_groups + 1).round().astype(int)
     return tuple((int(lo), int(hi), key_extent(mask, 0, m + 3 * (hi - 1) + 2)) for lo, hi in zip(bounds[:-1], bounds[1:]))
 
