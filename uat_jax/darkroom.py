@@ -59,11 +59,16 @@ def manhattan(a: jax.Array, b: jax.Array) -> jax.Array:
 
 def observe(key: jax.Array, pos: jax.Array, params: EnvParams) -> jax.Array:
     """The 10-dim observation of C.1 at ``pos`` (a fresh cue draw from ``key``)."""
+    return observe_with(jax.random.uniform(key), pos, params)
+
+
+def observe_with(u: jax.Array, pos: jax.Array, params: EnvParams) -> jax.Array:
+    """:func:`observe` given its uniform ``u``: the cue shows near the goal when u < cue_prob."""
     offsets = jnp.stack(jnp.meshgrid(jnp.arange(-1, 2), jnp.arange(-1, 2), indexing="ij"), -1)
     cells = pos + offsets.reshape(9, 2)
     wall = jnp.any((cells < 0) | (cells >= params.size), axis=-1)
     near = manhattan(pos, params.goal) <= params.cue_radius
-    cue = near & jax.random.bernoulli(key, params.cue_prob)
+    cue = near & (u < params.cue_prob)
     return jnp.concatenate([wall, cue[None]]).astype(jnp.float32)
 
 
@@ -77,9 +82,15 @@ def reset(key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
     return observe(k_obs, pos, params), EnvState(pos=pos, t=jnp.zeros((), jnp.int32))
 
 
-def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
-    """One transition; returns (obs, state, reward, done, info), ``info["at_goal"]``
-    saying whether the new position is the goal. ``key`` draws the new cue."""
+def draw_steps(key: jax.Array, params: EnvParams) -> jax.Array:
+    """The randomness of a whole episode, drawn before it is played: [horizon] uniforms,
+    step t's cue draw (:func:`transition`)."""
+    return jax.random.uniform(key, (params.horizon,))
+
+
+def transition(u: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
+    """One transition given its cue uniform ``u``; returns (obs, state, reward, done, info),
+    ``info["at_goal"]`` saying whether the new position is the goal."""
     chex.assert_shape(action, ())
     pos = jnp.clip(state.pos + MOVES[action], 0, params.size - 1)
     d_old = manhattan(state.pos, params.goal)
@@ -90,7 +101,12 @@ def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
               + params.step_cost)
     new_state = EnvState(pos=pos, t=state.t + 1)
     done = new_state.t >= params.horizon
-    return observe(key, pos, params), new_state, reward.astype(jnp.float32), done, {"at_goal": at_goal}
+    return observe_with(u, pos, params), new_state, reward.astype(jnp.float32), done, {"at_goal": at_goal}
+
+
+def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
+    """:func:`transition` with the cue drawn from ``key``."""
+    return transition(jax.random.uniform(key), state, action, params)
 
 
 def expert_action(pos: jax.Array, goal: jax.Array) -> jax.Array:

@@ -8,6 +8,10 @@ parameters ``env`` (``darkroom.EnvParams``, ``sepsis.EnvParams``) are arguments 
 compiled programs, never constants, so sepsis's tables reach a sweep as one replicated
 argument (``experiments.sweep.sweep_map(shared=...)``).
 
+- ``reset(key, env)``, ``draw_steps(key, env)``, ``transition(draws_t, state, action, env)``: an
+  episode's start; all the randomness of its steps, drawn before it is played (leading axis
+  T); one step given row t of those draws. A rollout so makes no random draw inside its time
+  loop: on CPU each draw there is a rolled threefry loop run at every step.
 - ``setting(env, task, run_key, episode)``: what episode ``episode`` of a cell's run changes
   in the environment. DarkRoom: the goal [2] of the task's schedule
   (``uat_jax.schedules.goal_at``). Sepsis: nothing (shape [0]); each episode draws its own
@@ -47,7 +51,8 @@ class Domain:
     obs_dim: int
     n_actions: int
     reset: Callable
-    step: Callable
+    draw_steps: Callable
+    transition: Callable
     expert: Callable
     record: Callable
     setting: Callable
@@ -69,7 +74,7 @@ def _sepsis_metrics(traj) -> dict:
 
 DARKROOM = Domain(
     name="darkroom", env_type=darkroom.EnvParams, obs_dim=darkroom.OBS_DIM, n_actions=darkroom.N_ACTIONS,
-    reset=darkroom.reset, step=darkroom.step,
+    reset=darkroom.reset, draw_steps=darkroom.draw_steps, transition=darkroom.transition,
     expert=lambda state, env: darkroom.expert_action(state.pos, env.goal),
     record=lambda state, info, env: {"distance": darkroom.manhattan(state.pos, env.goal),
                                      "at_goal": info["at_goal"]},
@@ -82,7 +87,8 @@ DARKROOM = Domain(
 
 SEPSIS = Domain(
     name="sepsis", env_type=sepsis.EnvParams, obs_dim=sepsis.OBS_DIM, n_actions=sepsis.N_ACTIONS,
-    reset=sepsis.reset, step=sepsis.step, expert=sepsis.expert_action,
+    reset=sepsis.reset, draw_steps=sepsis.draw_steps, transition=sepsis.transition,
+    expert=sepsis.expert_action,
     record=lambda state, info, env: {"regime": info["regime"], "switched": info["switched"]},
     setting=lambda env, task, run_key, episode: jnp.zeros((0,), jnp.int32),
     with_setting=lambda env, setting: env,

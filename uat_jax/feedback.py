@@ -48,18 +48,34 @@ class FeedbackChannel:
                    sigma=jnp.asarray(sigma, jnp.float32))
 
 
-def corrupt(key: jax.Array, t: jax.Array, rewards: jax.Array, channel: FeedbackChannel) -> jax.Array:
-    """The reward fed to the model for step ``t`` (0-based); ``rewards`` [T] holds the
-    realised rewards, and only entries 0..t are read (causal)."""
+@struct.dataclass
+class FeedbackNoise:
+    """The random numbers of one episode's corruption, drawn before it is played (so a
+    rollout makes two draws per episode, not per step): ``normal`` [T] standard normals
+    (mode "gaussian"), ``uniform`` [T] in [0, 1) (mode "shuffle": the past step fed)."""
+
+    normal: jax.Array
+    uniform: jax.Array
+
+    @classmethod
+    def draw(cls, key: jax.Array, horizon: int) -> FeedbackNoise:
+        k_noise, k_pick = jax.random.split(key)
+        return cls(normal=jax.random.normal(k_noise, (horizon,)), uniform=jax.random.uniform(k_pick, (horizon,)))
+
+
+def corrupt(noise: FeedbackNoise, t: jax.Array, rewards: jax.Array, channel: FeedbackChannel) -> jax.Array:
+    """The reward fed to the model for step ``t`` (0-based) from step ``t``'s ``noise``
+    (scalar fields); ``rewards`` [T] holds the realised rewards, and only entries 0..t are
+    read (causal). "shuffle" feeds the reward of step floor(u (t + 1)), uniform on 0..t."""
     chex.assert_rank(rewards, 1)
-    k_noise, k_pick = jax.random.split(key)
     r = rewards[t]
-    past = rewards[jax.random.randint(k_pick, (), 0, t + 1)]
-    options = jnp.stack([r, r + channel.sigma * jax.random.normal(k_noise), 0.0 * r, past, -r])
+    past = rewards[jnp.minimum(jnp.floor(noise.uniform * (t + 1)).astype(jnp.int32), t)]
+    options = jnp.stack([r, r + channel.sigma * noise.normal, 0.0 * r, past, -r])
     return options[channel.mode]
 
 
 def corrupt_episode(key: jax.Array, rewards: jax.Array, channel: FeedbackChannel) -> jax.Array:
-    """``corrupt`` at every step of an episode, step t using key fold_in(key, t)."""
+    """``corrupt`` at every step of an episode, with the noise ``FeedbackNoise.draw(key, T)``."""
     steps = jnp.arange(rewards.shape[-1])
-    return jax.vmap(lambda t: corrupt(jax.random.fold_in(key, t), t, rewards, channel))(steps)
+    noise = FeedbackNoise.draw(key, rewards.shape[-1])
+    return jax.vmap(lambda n, t: corrupt(n, t, rewards, channel))(noise, steps)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from uat_jax.feedback import NO_ACTION, FeedbackChannel, corrupt
+from uat_jax.feedback import NO_ACTION, FeedbackChannel, FeedbackNoise, corrupt
 from uat_jax.model import DecisionTransformer, DecodeCache, init_cache
 
 
@@ -56,24 +56,29 @@ def rollout(model: DecisionTransformer, params, key: jax.Array, domain, env,
         raise ValueError(f"model horizon {model.cfg.horizon} != environment horizon {T}")
     k_reset, k_act, k_env, k_fb = jax.random.split(key, 4)
     obs, state = domain.reset(k_reset, env)
+    # Every draw of the episode is made before it is played: the sampled action at step t
+    # is argmax(logits + gumbel[t]) (= jax.random.categorical(k_act, logits of all steps)),
+    # the environment steps with row t of the domain's draw_steps, the feedback is corrupted with noise[t].
+    gumbel = jax.random.gumbel(k_act, (T, model.cfg.n_actions))
+    draws = (domain.draw_steps(k_env, env), FeedbackNoise.draw(k_fb, T))
 
-    def body(c: _Carry, t: jax.Array):
+    def body(c: _Carry, xs):
+        t, g, step_draws, noise = xs
         logits, cache = model.apply(params, c.obs[None], c.prev_action[None],
                                     c.prev_reward[None], c.cache)
         logits = logits[0]
-        sampled = jax.random.categorical(jax.random.fold_in(k_act, t), logits)
-        action = jnp.where(greedy, jnp.argmax(logits), sampled).astype(jnp.int32)
+        action = jnp.argmax(jnp.where(greedy, logits, logits + g)).astype(jnp.int32)
         expert = domain.expert(c.state, env)
-        obs, state, reward, _, info = domain.step(jax.random.fold_in(k_env, t), c.state, action, env)
+        obs, state, reward, _, info = domain.transition(step_draws, c.state, action, env)
         rewards = c.rewards.at[t].set(reward)
-        fed = corrupt(jax.random.fold_in(k_fb, t), t, rewards, channel)
+        fed = corrupt(noise, t, rewards, channel)
         out = (c.obs, action, reward, fed, expert, domain.record(c.state, info, env))
         return _Carry(state, obs, cache, action, fed, rewards), out
 
     carry = _Carry(state=state, obs=obs, cache=init_cache(model.cfg),
                    prev_action=jnp.asarray(NO_ACTION, jnp.int32), prev_reward=jnp.zeros(()),
                    rewards=jnp.zeros(T))
-    _, (obs_seq, actions, rewards, fed, expert, record) = jax.lax.scan(body, carry, jnp.arange(T))
+    _, (obs_seq, actions, rewards, fed, expert, record) = jax.lax.scan(body, carry, (jnp.arange(T), gumbel, *draws))
     return Trajectory(obs=obs_seq, actions=actions, rewards=rewards, fed_rewards=fed, expert=expert,
                       record=record)
 

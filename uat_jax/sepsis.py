@@ -504,6 +504,13 @@ def draw_step(key: jax.Array, params: EnvParams) -> StepDraws:
                      noise=jax.random.normal(k[4], (params.obs_dim,)))
 
 
+def draw_steps(key: jax.Array, params: EnvParams) -> StepDraws:
+    """The randomness of a whole episode, drawn before it is played: ``StepDraws`` with a
+    leading [horizon] axis, row t = ``draw_step`` of the t-th of horizon split keys (one
+    batched draw), consumed by step t's ``transition``."""
+    return jax.vmap(draw_step, in_axes=(0, None))(jax.random.split(key, params.horizon), params)
+
+
 def transition(draws: StepDraws, state: EnvState, action: jax.Array, params: EnvParams):
     """One step given its draws; returns (obs, state, reward, done, info). Order: executed
     combination, resistance, termination hazard at (s, a), tilted move or readmission,
