@@ -14,7 +14,7 @@ from tests.uat_jax.test_model import random_params
 from uat_jax.cells import stack_tasks
 from uat_jax.config import SWITCHED
 from uat_jax.model import DecisionTransformer, sequence_logits
-from uat_jax.rollout import Trajectory, accuracy
+from uat_jax.rollout import Trajectory
 from uat_jax.train import Task, TrainConfig, batch_rollout, episode_settings, eval_episodes, make_evaluate
 from uat_jax.tta import (CottaConfig, CottaState, TentConfig, augment,
                          batch_logits, cotta_update, make_tta_evaluate, make_tta_stream, norm_mask, prediction_entropy,

@@ -102,7 +102,8 @@ FULL = TheoryConfig()
 # memorised it (train CE 0.23-0.77, held-out 1.70-2.49), CE gap 0.12 (FAIL), null gap
 # +0.66 (FAIL). Then fresh episodes every step (this preset, 200 steps of 64): CE VT 1.164,
 # UAT 0.738, UAT-null 1.134, gap 0.43, null gap -0.03, TV 0.35; the judged seeds were run
-# once after.
+# once after. Re-screened after commit 42a4f86 (new random streams): gap 0.42,
+# null gap -0.036, every check passing; judged after: gap 0.47, null gap -0.030.
 QUICK = TheoryConfig(model=ModelConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=20),
                      batch=64, eval_episodes=128, steps=200, seeds=2)
 
