@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from experiments import cli, configs, seeds
-from experiments.studies.uat import ablation, boundary, darkroom, theory
+from experiments.studies.uat import ablation, boundary, darkroom, mechanism, theory
 from uat_jax import cells
+from uat_jax import mechanism as diag
 
 # One layer, T = 4, two episodes per epoch, two epochs, one seed: seconds of compute, the rest is compile.
 TINY_SIZE = ["--set", 'size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horizon": 4, '
@@ -44,6 +45,8 @@ def test_presets_keep_the_quick_and_full_sizes():
     assert [boundary.label(*c) for c in boundary.FULL.conditions()] == [
         "clean", "gaussian_0p5", "gaussian_1", "gaussian_2", "gaussian_5", "null", "shuffle", "sign_flip"]
     assert theory.QUICK.model.horizon == 20 and theory.FULL.model.horizon == 60
+    assert mechanism.QUICK.size == cells.CPU and mechanism.QUICK.seeds == 2 and mechanism.QUICK.episodes == 32
+    assert mechanism.QUICK.stream == mechanism.FULL.stream == seeds.JUDGED and mechanism.QUICK.schedule == "cyclic"
     assert theory.QUICK.counted == theory.FULL.counted
 
 
@@ -71,6 +74,12 @@ def test_presets_keep_the_quick_and_full_sizes():
     (theory, "steps", 0, "steps must"),
     (theory, "model.kind", "vt", "model must be kind 'uat'"),
     (theory, "stream", 2, "stream must"),
+    (mechanism, "episodes", 63, "episodes must be in"),
+    (mechanism, "episodes", 0, "episodes must be in"),
+    (mechanism, "schedule", "weekly", "schedule must"),
+    (mechanism, "size.horizon", 2, "horizon >= 3"),
+    (mechanism, "size.horizon", 16, "segments 1 and 2 more than 5 steps"),
+    (mechanism, "stream", 2, "stream must"),
 ])
 def test_config_rejects_out_of_range_values(study, field, value, message):
     with pytest.raises(configs.ConfigError, match=message):
@@ -203,6 +212,46 @@ def test_theory_summary_and_checks():
         assert not verdict[name] and sum(verdict.values()) == 2, name
 
 
+def _mechanism_arrays(T, acc_after, mass_after, base_mass=0.1):
+    """Diagnostic outputs of 2 seeds at horizon T: accuracy 0.9 before the first shift,
+    ``acc_after[m]`` + 0.01 per step from the 6th step after each shift on, 0.1 in the 5 before, active-segment mass
+    ``mass_after[m]`` after it (``base_mass`` for UAT's base pathway)."""
+    since = np.asarray(diag.since_shift(T))
+    after = np.asarray(diag.segment_of(T)) >= 1
+    uniform = np.tile(np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None], (2, 2, 1, 1))
+    return {m: {"accuracy": np.array([0.8, 0.9]), "step_accuracy": np.tile(np.where(after, np.where(since >= 5, acc_after[m] + 0.01 * (since - 5), 0.1), 0.9), (2, 1)),
+                "segment_accuracy": np.tile([0.9, acc_after[m], acc_after[m]], (2, 1)),
+                "post_shift_accuracy": np.array([0.3, 0.5]), "attention": uniform, "base_attention": uniform,
+                "active_mass": np.tile(np.where(after, mass_after[m], 0.0), (2, 2, 1)),
+                "base_active_mass": np.tile(np.where(after, base_mass, 0.0), (2, 2, 1)),
+                "oracle_log_prob": np.tile(np.where(after, -acc_after[m], -0.1), (2, 1))}
+            for m in mechanism.MODELS}
+
+
+def test_mechanism_summary_and_checks():
+    cfg, T = mechanism.QUICK, mechanism.QUICK.size.horizon
+    s = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.8, "vt": 0.3}, {"uat": 0.6, "vt": 0.4}))
+    c = {k.name: k for k in s.checks}
+    assert list(c) == ["uat_recovers_after_shift", "modulation_adds_post_shift_attention",
+                       "uat_attends_to_active_segment"] and all(k.passed for k in s.checks)
+    assert c["uat_recovers_after_shift"].value == pytest.approx(0.5)  # the recovered steps only
+    assert s.metrics["recovered_acc_uat"] == pytest.approx(0.8 + 0.02)  # 0.01 x mean(0, 1, 2, 3, 4)
+    assert s.metrics["after_shift_acc_uat"] == pytest.approx((10 * 0.1 + 10 * 0.82) / 20)
+    assert c["modulation_adds_post_shift_attention"].value == pytest.approx(0.5)
+    assert c["uat_attends_to_active_segment"].value == pytest.approx(0.2)
+    assert s.metrics["segment1_acc_uat"] == pytest.approx(0.8) and s.metrics["segment0_acc_vt"] == pytest.approx(0.9)
+    assert s.metrics["fixed_goal_acc_uat"] == pytest.approx(0.85) and s.metrics["active_mass_uat_base"] == pytest.approx(0.1)
+    assert s.metrics["oracle_log_prob_gain_after_shift"] == pytest.approx(-0.5)
+    # uniform causal attention over the 20 queries after the first shift at T = 30
+    assert s.metrics["active_mass_uniform"] == pytest.approx(np.mean([(t - (10 if t < 20 else 20) + 1) / (t + 1)
+                                                                      for t in range(10, 30)]))
+    table = s.tables["table"]
+    assert len(table["step"]) == T and table["accuracy_vt"][T - 1] == pytest.approx(0.3 + 0.04)
+    assert table["segment"][9:11] == [0, 1] and table["active_mass_uat"][0] == 0.0 and table["accuracy_uat"][14] == 0.1
+    bad = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.45, "vt": 0.3}, {"uat": 0.4, "vt": 0.37}, 0.39))
+    assert not any(k.passed for k in bad.checks)
+
+
 # --- tiny end-to-end runs through the command line ------------------------------------------
 
 
@@ -271,3 +320,17 @@ def test_theory_tiny_run_completes(tmp_path):
     assert len(result["checks"]) == 3 and all(np.isfinite(c["value"]) for c in result["checks"])
     assert result["config"]["model"]["horizon"] == 5 and result["config"]["seeds"] == 1
     assert result["metrics"]["tv_vt"] == 0.0 and result["metrics"]["params_gtrxl"] == 142597.0
+
+
+def test_mechanism_tiny_run_writes_the_figure(tmp_path):
+    argv = ["run", "uat.mechanism", "--quick", "--set", 'size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, '
+            '"horizon": 17, "batch_size": 2, "epochs": 2, "eval_episodes": 4}', "--set", "episodes=2", "--seeds", "1",
+            "--out", str(tmp_path)]
+    assert cli.main(argv) in (0, 1)
+    out = tmp_path / "uat.mechanism"
+    result = _result(out)
+    assert [c["name"] for c in result["checks"]] == ["uat_recovers_after_shift", "modulation_adds_post_shift_attention",
+                                                     "uat_attends_to_active_segment"]
+    assert all(np.isfinite(c["value"]) for c in result["checks"])
+    assert 0.0 <= result["metrics"]["active_mass_uat"] <= 1.0
+    assert len(_csv(out / "table.csv")) == 17 and (out / "mechanism.png").exists()

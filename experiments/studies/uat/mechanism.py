@@ -1,0 +1,248 @@
+"""Study ``uat.mechanism``: Figure 2 and the recovery curve of Figure 4 (DarkRoom) of
+"Breaking Feedback-Blindness: Utility-Augmented Transformer for Sequential Decision
+Making" (UAT, arXiv 2607.18910, section 6.5, Appendix C mechanism analysis).
+
+UAT and Vanilla-TF are trained as in ``uat.darkroom`` on the cyclic schedule (one
+vmapped program over models x seeds, ``experiments.studies.uat.training``), then rolled
+out greedily, without retraining, on shift episodes (``uat_jax.mechanism``): one episode
+of the training horizon whose hidden goal shifts at T/3 and 2T/3, the three goals being
+the cell's next cyclic waypoints (episode i of the diagnostic: the goals of the run's
+evaluation episodes i, i + 1, i + 2). One further program plays ``episodes`` of them
+per trained cell and reads, from the causal parallel pass over each played episode,
+every layer's attention weights, the attention of UAT's base pathway (the same
+parameters with both utility pathways switched off, on the same episode: panel (c)'s
+"base"; modulation = UAT minus base) and the log-probability of the expert action.
+Seed ``s`` of both models plays the same start states and goals.
+
+Reported: per-step accuracy against the oracle (the recovery curve), accuracy per
+segment, post-shift accuracy (the first 5 steps after each shift, C.3), the accuracy
+of the recovered steps (5 or more after a shift) and after the first shift, the attention
+mass on the active segment's steps (mean over layers, heads and the queries after the
+first shift; uniform causal attention gives ``active_mass_uniform``) and the per-step
+UAT - VT oracle log-probability. The paper gives no numbers for this diagnostic, so
+the checks are its statements ("VT recalls pre-shift prototypes, UAT refocuses on the
+active regime"). Departure: T is the training horizon (30 at ``--quick``), not 150 (the
+models learn a position table of their horizon).
+
+Checks, and how each could fail:
+
+* ``uat_recovers_after_shift`` (UAT minus VT accuracy over the recovered steps, those 5
+  or more after a shift, > 0.2; Figure 4: UAT recovers within 5 steps): UAT must re-find
+  a goal that moved inside the episode from the fed feedback. It fails if UAT's utility
+  state stays locked on the first goal (the shift is outside its training episodes) or if
+  VT tracks the shift from the cue alone.
+* ``modulation_adds_post_shift_attention`` (UAT's active-segment mass minus its base
+  pathway's > 0.02; Figure 2 c: "the modulation pathway concentrates after each
+  shift"): the feedback modulation must move attention to the steps since the shift. It
+  fails if the utility gates leave the attention pattern as the base projections make it,
+  or move it to the pre-shift steps.
+* ``uat_attends_to_active_segment`` (UAT minus VT active-segment mass > 0.05, a
+  reallocation of 5% of the attention; Figure 2 a, b: "VT recalls pre-shift
+  prototypes, UAT refocuses on the active regime"). It fails if VT's attention is as
+  focused on the recent steps as UAT's.
+
+Sizing, on the SCREENING stream (stream=1, 2 seeds, the quick size, before any judged
+run): UAT fell from 0.80 to 0.08 accuracy at each shift and climbed back to 0.6-0.7
+within 5 steps; VT stayed at 0.2-0.5 throughout. The first definition of the recovery
+check, UAT minus VT over every step after the first shift, gave +0.177 (the 5 steps of
+re-finding the goal included), so the check reads the recovered steps (+0.32 there). The
+active-segment mass was 0.396 for UAT, 0.395 for VT (uniform attention: 0.268; both
+attend mostly to recent steps) and 0.339 for UAT's base pathway: the modulation adds
++0.057, while UAT against VT is +0.002, so ``uat_attends_to_active_segment`` was expected
+to fail at this size before the judged run; its margin was not moved.
+
+Judged quick run (stream 0, once, after the checks were fixed): 1 of 3 pass.
+``uat_recovers_after_shift`` FAILS, +0.014: on these seeds UAT fell from 0.83 to 0.05 at
+the first shift and climbed back only to 0.42 (segment 1) and 0.56 (segment 2), level
+with VT's 0.44-0.46, while on fixed-goal episodes the same UAT cells score 0.88 against
+VT's 0.39. Re-finding a goal inside an episode, which training never asked for, is
+seed-dependent at this size (0.65 recovered on the screening seeds). The modulation check
+passes (+0.058, as on the screening seeds). ``uat_attends_to_active_segment`` fails at
++0.031 (UAT 0.369, VT 0.338), short of the 5% margin, as expected.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import checks, io, seeds
+from experiments.registry import RunContext, Study, Summary, register
+from experiments.studies.uat.training import train_grid
+from uat_jax import cells, mechanism
+from uat_jax.config import SWITCHED
+from uat_jax.domains import POST_SHIFT_STEPS
+from uat_jax.model import DecisionTransformer
+from uat_jax.rollout import post_shift_accuracy, regime_accuracy, rollout
+from uat_jax.schedules import SCHEDULES
+from uat_jax.train import CellKeys, Task, default_env, episode_settings, eval_episodes, task_model
+
+MODELS = ("uat", "vt")
+WIDE_MARGIN = 0.2
+MODULATION_MARGIN = 0.02
+REALLOCATION_MARGIN = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismConfig:
+    """At which size, over how many seeds, on which schedule, with how many shift episodes."""
+
+    size: cells.Size = cells.TABLE3
+    seeds: int = 3
+    stream: int = 0  # seed stream of experiments.seeds: JUDGED = 0 (the checks), SCREENING = 1 (sizing)
+    schedule: str = "cyclic"
+    episodes: int = 32  # shift episodes per trained cell (the paper's 32-seed mean)
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        seeds.check_stream(self.stream)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 1 <= self.episodes <= self.size.eval_episodes - 2:
+            raise ValueError(f"episodes must be in [1, size.eval_episodes - 2 = {self.size.eval_episodes - 2}] "
+                             f"(episode i shifts through evaluation episodes i .. i + 2), got {self.episodes}")
+        s1, s2 = mechanism.shift_steps(self.size.horizon)
+        if min(s2 - s1, self.size.horizon - s2) <= POST_SHIFT_STEPS:
+            raise ValueError(f"size.horizon must give segments 1 and 2 more than {POST_SHIFT_STEPS} steps each "
+                             f"(the recovered steps the checks read), got horizon {self.size.horizon}")
+
+
+FULL = MechanismConfig()
+QUICK = MechanismConfig(size=cells.CPU, seeds=2)
+
+
+def make_diagnostic_cell(cfg: MechanismConfig):
+    """``cell(item) -> {name: [...]}``: the trained ``item["params"]`` of ``item["task"]``'s member
+    played on ``cfg.episodes`` shift episodes (episode i from key i of split(fold_in(eval key, 1))),
+    every output a mean over them."""
+    train_cfg = cfg.size.train_config(traced_variant=True)
+    base_member = jnp.asarray(SWITCHED.index("vt"), jnp.int32)
+
+    def cell(item: dict) -> dict:
+        keys = CellKeys.of(jax.random.wrap_key_data(item["key"]))
+        task, params = item["task"], item["params"]
+        model, base = task_model(train_cfg.model, task), DecisionTransformer(train_cfg.model, variant=base_member)
+        env = default_env(train_cfg)
+        goals = episode_settings(train_cfg, task, keys.run, eval_episodes(train_cfg)[:cfg.episodes + 2])
+        segment_goals = mechanism.consecutive_goals(goals, cfg.episodes)
+
+        def play(key, sg):
+            traj = rollout(model, params, key, mechanism.SHIFT_DARKROOM, mechanism.ShiftEnv.make(env, sg),
+                           task.channel, greedy=True)
+            return traj, (mechanism.attention_weights(model, params, traj),
+                          mechanism.attention_weights(base, params, traj),
+                          mechanism.oracle_log_prob(model, params, traj))
+
+        ep_keys = jax.random.split(jax.random.fold_in(keys.eval, 1), cfg.episodes)
+        traj, (weights, base_weights, log_prob) = jax.vmap(play)(ep_keys, segment_goals)
+        return {"step_accuracy": jnp.mean(traj.actions == traj.expert, 0),
+                "segment_accuracy": regime_accuracy(traj, mechanism.N_SEGMENTS),
+                "post_shift_accuracy": post_shift_accuracy(traj, POST_SHIFT_STEPS),
+                "attention": weights.mean((0, 2)), "base_attention": base_weights.mean((0, 2)),
+                "active_mass": mechanism.active_mass(weights).mean((0, 2)),
+                "base_active_mass": mechanism.active_mass(base_weights).mean((0, 2)),
+                "oracle_log_prob": log_prob.mean(0)}
+
+    return cell
+
+
+def compute(cfg: MechanismConfig, ctx: RunContext) -> dict:
+    """Per model {output: [seeds, ...]} of the diagnostic (``make_diagnostic_cell``), plus the
+    models' plain (fixed-goal) evaluation ``accuracy`` [seeds]."""
+    tasks = [Task.make(cfg.schedule, variant=m) for m in MODELS]
+    labels = [f"{m}, schedule {cfg.schedule}" for m in MODELS]
+    keys = seeds.seed_keys(cfg.seeds, cfg.stream)
+    grid = train_grid(ctx, "mechanism", cfg.size.train_config(traced_variant=True), tasks, labels, cfg.seeds,
+                      cfg.stream, keep_params=True)
+    items = {**cells.cell_inputs(tasks, keys), "params": grid.pop("params")}
+    diag = cells.split_cells(seeds.train_grid(ctx, "mechanism_diagnostic", make_diagnostic_cell(cfg), items,
+                                              labels=labels, num_seeds=cfg.seeds), len(MODELS))
+    return {m: {"accuracy": grid["accuracy"][i], **{k: v[i] for k, v in diag.items()}} for i, m in enumerate(MODELS)}
+
+
+def summarize(cfg: MechanismConfig, arrays: dict) -> Summary:
+    """Seed mean/std of the diagnostic numbers; the three checks."""
+    T = cfg.size.horizon
+    after = np.asarray(mechanism.segment_of(T)) >= 1  # the steps after the first shift
+    recovered = after & (np.asarray(mechanism.since_shift(T)) >= POST_SHIFT_STEPS)
+    metrics: dict[str, float] = {}
+    for m in MODELS:
+        a = arrays[m]
+        metrics.update(cells.mean_std(f"fixed_goal_acc_{m}", a["accuracy"]))
+        metrics.update(cells.mean_std(f"after_shift_acc_{m}", a["step_accuracy"][:, after].mean(-1)))
+        metrics.update(cells.mean_std(f"recovered_acc_{m}", a["step_accuracy"][:, recovered].mean(-1)))
+        metrics.update(cells.mean_std(f"post_shift_acc_{m}", a["post_shift_accuracy"]))
+        for k in range(mechanism.N_SEGMENTS):
+            metrics.update(cells.mean_std(f"segment{k}_acc_{m}", a["segment_accuracy"][:, k]))
+        metrics.update(cells.mean_std(f"active_mass_{m}", a["active_mass"][..., after].mean((-1, -2))))
+    metrics.update(cells.mean_std("active_mass_uat_base", arrays["uat"]["base_active_mass"][..., after].mean((-1, -2))))
+    metrics["active_mass_uniform"] = float(np.asarray(mechanism.uniform_active_mass(T))[after].mean())
+    diff = arrays["uat"]["oracle_log_prob"] - arrays["vt"]["oracle_log_prob"]
+    metrics.update(cells.mean_std("oracle_log_prob_gain_after_shift", diff[:, after].mean(-1)))
+    found = [
+        checks.above("uat_recovers_after_shift", metrics["recovered_acc_uat"] - metrics["recovered_acc_vt"],
+                     WIDE_MARGIN, claim="after a hidden goal shift inside an episode UAT re-finds the goal from the "
+                                        "feedback within 5 steps, VT does not (accuracy 5+ steps after a shift)"),
+        checks.above("modulation_adds_post_shift_attention",
+                     metrics["active_mass_uat"] - metrics["active_mass_uat_base"], MODULATION_MARGIN,
+                     claim="UAT's feedback modulation moves attention to the steps since the shift (Figure 2 c)"),
+        checks.above("uat_attends_to_active_segment", metrics["active_mass_uat"] - metrics["active_mass_vt"],
+                     REALLOCATION_MARGIN,
+                     claim="after a shift UAT's attention moves to the steps since the shift more than VT's "
+                           "(Figure 2 a, b)"),
+    ]
+    steps = np.arange(T)
+    table = {"step": steps.tolist(), "segment": np.asarray(mechanism.segment_of(T)).tolist(),
+             **{f"accuracy_{m}": arrays[m]["step_accuracy"].mean(0).tolist() for m in MODELS},
+             **{f"active_mass_{m}": arrays[m]["active_mass"].mean((0, 1)).tolist() for m in MODELS},
+             "active_mass_uat_base": arrays["uat"]["base_active_mass"].mean((0, 1)).tolist(),
+             "oracle_log_prob_uat_minus_vt": diff.mean(0).tolist()}
+    return Summary(metrics=metrics, checks=found, tables={"table": table})
+
+
+def write(cfg: MechanismConfig, arrays: dict, summary: Summary, out_dir) -> None:
+    """``mechanism.png``: Figure 2 (a) VT and (b) UAT attention, (c) UAT's modulation (UAT minus
+    its base pathway), (d) the UAT - VT oracle log-probability, and the recovery curve; the
+    last layer's maps, head- and episode-averaged, seed mean."""
+    import matplotlib.pyplot as plt
+
+    T = cfg.size.horizon
+    shifts = mechanism.shift_steps(T)
+    last = lambda m, k="attention": arrays[m][k][:, -1].mean(0)  # noqa: E731
+    causal = np.tril(np.ones((T, T), bool))
+    masked = lambda w: np.where(causal, w, np.nan)  # noqa: E731
+    fig, axes = plt.subplots(1, 5, figsize=(19, 3.6))
+    panels = [("(a) VT attention", masked(last("vt")), "viridis"),
+              ("(b) UAT attention", masked(last("uat")), "viridis"),
+              ("(c) UAT modulation (UAT - base)", masked(last("uat") - last("uat", "base_attention")), "coolwarm")]
+    for ax, (title, image, cmap) in zip(axes, panels):
+        lim = np.nanmax(np.abs(image)) if cmap == "coolwarm" else None
+        im = ax.imshow(image, cmap=cmap, vmin=-lim if lim else None, vmax=lim)
+        for s in shifts:
+            ax.axhline(s - 0.5, color="w", lw=0.8)
+            ax.axvline(s - 0.5, color="w", lw=0.8)
+        ax.set(title=title, xlabel="key step j", ylabel="query step t")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    summary_table = summary.tables["table"]
+    axes[3].plot(summary_table["oracle_log_prob_uat_minus_vt"])
+    axes[3].set(title="(d) log pi(a*) UAT - VT", xlabel="step t")
+    for m in MODELS:
+        axes[4].plot(summary_table[f"accuracy_{m}"], label=m)
+    axes[4].set(title="recovery: accuracy per step", xlabel="step t", ylim=(0, 1))
+    axes[4].legend()
+    for ax in axes[3:]:
+        for s in shifts:
+            ax.axvline(s, color="k", ls=":", lw=0.8)
+    fig.tight_layout()
+    io.save_figure(fig, out_dir / "mechanism.png")
+
+
+STUDY = register(Study(
+    name="uat.mechanism",
+    summary="attention and recovery of trained UAT vs VT at hidden goal shifts inside a DarkRoom episode (Figure 2)",
+    config_type=MechanismConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
+    seeds_field="seeds", quick_s=90,
+))
