@@ -74,11 +74,12 @@ def test_presets_keep_the_quick_and_full_sizes():
     (theory, "steps", 0, "steps must"),
     (theory, "model.kind", "vt", "model must be kind 'uat'"),
     (theory, "stream", 2, "stream must"),
-    (mechanism, "episodes", 63, "episodes must be in"),
-    (mechanism, "episodes", 0, "episodes must be in"),
+    (mechanism, "episodes", 0, "episodes must be >= 1"),
     (mechanism, "schedule", "weekly", "schedule must"),
     (mechanism, "size.horizon", 2, "horizon >= 3"),
-    (mechanism, "size.horizon", 16, "segments 1 and 2 more than 5 steps"),
+    (mechanism, "size.horizon", 16, "recovered_after must be >= 0 and below the length of segments 1 and 2 "
+                                    r"\(5, 6 at horizon 16"),
+    (mechanism, "recovered_after", -1, "recovered_after must be >= 0"),
     (mechanism, "stream", 2, "stream must"),
 ])
 def test_config_rejects_out_of_range_values(study, field, value, message):
@@ -323,9 +324,8 @@ def test_theory_tiny_run_completes(tmp_path):
 
 
 def test_mechanism_tiny_run_writes_the_figure(tmp_path):
-    argv = ["run", "uat.mechanism", "--quick", "--set", 'size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, '
-            '"horizon": 17, "batch_size": 2, "epochs": 2, "eval_episodes": 4}', "--set", "episodes=2", "--seeds", "1",
-            "--out", str(tmp_path)]
+    argv = ["run", "uat.mechanism", "--quick", *TINY_SIZE, "--set", "episodes=1", "--set", "recovered_after=0",
+            "--seeds", "1", "--out", str(tmp_path)]
     assert cli.main(argv) in (0, 1)
     out = tmp_path / "uat.mechanism"
     result = _result(out)
@@ -333,4 +333,4 @@ def test_mechanism_tiny_run_writes_the_figure(tmp_path):
                                                      "uat_attends_to_active_segment"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     assert 0.0 <= result["metrics"]["active_mass_uat"] <= 1.0
-    assert len(_csv(out / "table.csv")) == 17 and (out / "mechanism.png").exists()
+    assert len(_csv(out / "table.csv")) == 4 and (out / "mechanism.png").exists()

@@ -7,8 +7,8 @@ vmapped program over models x seeds, ``experiments.studies.uat.training``), then
 out greedily, without retraining, on shift episodes (``uat_jax.mechanism``): one episode
 of the training horizon whose hidden goal shifts at T/3 and 2T/3, the three goals being
 the cell's next cyclic waypoints (episode i of the diagnostic: the goals of the run's
-evaluation episodes i, i + 1, i + 2). One further program plays ``episodes`` of them
-per trained cell and reads, from the causal parallel pass over each played episode,
+episodes i, i + 1, i + 2 after training, where its plain evaluation starts). One further
+program plays ``episodes`` of them per trained cell and reads, from the causal parallel pass over each played episode,
 every layer's attention weights, the attention of UAT's base pathway (the same
 parameters with both utility pathways switched off, on the same episode: panel (c)'s
 "base"; modulation = UAT minus base) and the log-probability of the expert action.
@@ -94,6 +94,7 @@ class MechanismConfig:
     stream: int = 0  # seed stream of experiments.seeds: JUDGED = 0 (the checks), SCREENING = 1 (sizing)
     schedule: str = "cyclic"
     episodes: int = 32  # shift episodes per trained cell (the paper's 32-seed mean)
+    recovered_after: int = POST_SHIFT_STEPS  # the recovered steps: this many or more after a shift (Figure 4's 5)
 
     def __post_init__(self):
         if self.seeds < 1:
@@ -101,13 +102,13 @@ class MechanismConfig:
         seeds.check_stream(self.stream)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if not 1 <= self.episodes <= self.size.eval_episodes - 2:
-            raise ValueError(f"episodes must be in [1, size.eval_episodes - 2 = {self.size.eval_episodes - 2}] "
-                             f"(episode i shifts through evaluation episodes i .. i + 2), got {self.episodes}")
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
         s1, s2 = mechanism.shift_steps(self.size.horizon)
-        if min(s2 - s1, self.size.horizon - s2) <= POST_SHIFT_STEPS:
-            raise ValueError(f"size.horizon must give segments 1 and 2 more than {POST_SHIFT_STEPS} steps each "
-                             f"(the recovered steps the checks read), got horizon {self.size.horizon}")
+        if not 0 <= self.recovered_after < min(s2 - s1, self.size.horizon - s2):
+            raise ValueError(f"recovered_after must be >= 0 and below the length of segments 1 and 2 "
+                             f"({s2 - s1}, {self.size.horizon - s2} at horizon {self.size.horizon}: the recovered "
+                             f"steps the checks read), got {self.recovered_after}")
 
 
 FULL = MechanismConfig()
@@ -126,7 +127,8 @@ def make_diagnostic_cell(cfg: MechanismConfig):
         task, params = item["task"], item["params"]
         model, base = task_model(train_cfg.model, task), DecisionTransformer(train_cfg.model, variant=base_member)
         env = default_env(train_cfg)
-        goals = episode_settings(train_cfg, task, keys.run, eval_episodes(train_cfg)[:cfg.episodes + 2])
+        after_training = eval_episodes(train_cfg)[0] + jnp.arange(cfg.episodes + mechanism.N_SEGMENTS - 1)
+        goals = episode_settings(train_cfg, task, keys.run, after_training)
         segment_goals = mechanism.consecutive_goals(goals, cfg.episodes)
 
         def play(key, sg):
@@ -167,7 +169,7 @@ def summarize(cfg: MechanismConfig, arrays: dict) -> Summary:
     """Seed mean/std of the diagnostic numbers; the three checks."""
     T = cfg.size.horizon
     after = np.asarray(mechanism.segment_of(T)) >= 1  # the steps after the first shift
-    recovered = after & (np.asarray(mechanism.since_shift(T)) >= POST_SHIFT_STEPS)
+    recovered = after & (np.asarray(mechanism.since_shift(T)) >= cfg.recovered_after)
     metrics: dict[str, float] = {}
     for m in MODELS:
         a = arrays[m]
