@@ -1,5 +1,5 @@
-"""Training shared by the UAT studies (``uat.darkroom``, ``uat.ablation``, ``uat.boundary``, ``uat.sepsis``):
-not a study itself.
+"""Training shared by the UAT studies (``uat.darkroom``, ``uat.ablation``, ``uat.boundary``, ``uat.mechanism``,
+``uat.recsys``): not a study itself.
 
 :func:`train_models` compiles one program per distinct model structure: the members of
 the switched family (``uat_jax.config.SWITCHED``: UAT, its Table 4 ablations and
@@ -8,9 +8,12 @@ an array leaf of each task; every other kind (A-DT, DT-style, GTrXL) is its own 
 Test-time adaptation baselines (TENT, CoTTA: ``uat_jax.tta``) adapt the trained
 Vanilla-TF cells in one further program (``adapt``). A domain other than DarkRoom
 (``uat_jax.domains``) passes its environment parameters ``env``: one replicated argument of
-every program (``sweep_map(shared=env)``), fingerprinted by content.
+every program (``sweep_map(shared=env)``), fingerprinted by content; Domain D (``uat_jax.recsys``)
+passes its dataset the same way.
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 
@@ -22,10 +25,11 @@ from uat_jax.train import Task
 
 
 def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
-               stream: int, keep_params: bool = False, env=None) -> dict:
-    """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep:
-    outputs [tasks, seeds, ...] (``"params"`` too, flat over tasks x seeds, with ``keep_params``)."""
-    out = seeds.train_grid(ctx, name, cells.make_cell(train_cfg, keep_params),
+               stream: int, keep_params: bool = False, env=None, make_cell=cells.make_cell) -> dict:
+    """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep of
+    ``make_cell(train_cfg, keep_params)``: outputs [tasks, seeds, ...] (``"params"`` too, flat over
+    tasks x seeds, with ``keep_params``)."""
+    out = seeds.train_grid(ctx, name, make_cell(train_cfg, keep_params),
                            cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)),
                            labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"], shared=env)
     params = out.pop("params", None)
@@ -47,7 +51,8 @@ def adapt_grid(ctx: RunContext, name: str, train_cfg, params, tasks: list[Task],
 
 def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, list[Task]],
                  labels: dict[str, list[str]], num_seeds: int, stream: int,
-                 adapt: dict | None = None, domain: str = "darkroom", env=None) -> dict[str, dict]:
+                 adapt: dict | None = None, domain: str = "darkroom", env=None, configure=None,
+                 make_cell=cells.make_cell) -> dict[str, dict]:
     """Every model of ``runs`` (a kind of ``KINDS`` or a member of ``SWITCHED``) on its tasks
     x seeds: ``{model: outputs [tasks, seeds, ...]}``. Two or more switched-family members
     train as one program ``name``; any other model as its own program ``name_<model>``.
@@ -55,18 +60,22 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
     alone (``uat_jax.model``: the traced union runs a member exactly as the static one).
     ``adapt`` ({name: ``uat_jax.tta`` config}, needs ``"vt"`` in ``runs``) adds one entry per
     method, ``{<the domain's metrics>: [tasks, seeds]}``: the trained Vanilla-TF cells
-    adapted at test time (program ``name_tta``). ``domain`` and its ``env``: see the module docstring."""
+    adapted at test time (program ``name_tta``). ``domain`` and its ``env``: see the module docstring.
+    ``configure(kind, variant=None, traced_variant=False)`` gives each program's training
+    configuration (default ``size.train_config`` on ``domain``) and ``make_cell(cfg, keep_params)``
+    its cell (default ``uat_jax.cells.make_cell``): Domain D passes ``uat_jax.recsys``'s."""
     if adapt and "vt" not in runs:
         raise ValueError(f"test-time adaptation {sorted(adapt)} adapts the Vanilla-TF: runs must include 'vt'")
+    configure = configure or functools.partial(size.train_config, domain=domain)
     family = [m for m in runs if m in SWITCHED]
     family = family if len(family) > 1 else []
     keep = bool(adapt)
     out, cfgs = {}, {}
     if family:
         tasks = [t.with_variant(m) for m in family for t in runs[m]]
-        cfgs.update({m: size.train_config(traced_variant=True, domain=domain) for m in family})
+        cfgs.update({m: configure("uat", traced_variant=True) for m in family})
         grid = train_grid(ctx, name, cfgs[family[0]], tasks,
-                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep, env)
+                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep, env, make_cell)
         params, start = grid.pop("params", None), 0
         for m in family:
             out[m] = {k: v[start:start + len(runs[m])] for k, v in grid.items()}
@@ -75,10 +84,9 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
                 out[m]["params"] = jax.tree.map(lambda p, rows=rows: p[rows], params)
             start += len(runs[m])
     for m in (m for m in runs if m not in family):
-        cfgs[m] = (size.train_config(m, domain=domain) if m in KINDS
-                   else size.train_config("uat", m, domain=domain))
+        cfgs[m] = configure(m) if m in KINDS else configure("uat", m)
         out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, keep and m == "vt",
-                            env)
+                            env, make_cell)
     if adapt:
         vt_tasks = [t.with_variant("vt") for t in runs["vt"]] if "vt" in family else runs["vt"]
         out.update(adapt_grid(ctx, f"{name}_tta", cfgs["vt"], out["vt"].pop("params"), vt_tasks, labels["vt"],
