@@ -72,9 +72,12 @@ def test_no_position_sees_an_undelayed_reward_or_a_later_item(kind):
     items = jnp.asarray(rng.integers(0, V, T))
     rewards = jnp.asarray(rng.normal(size=T), jnp.float32)
 
-    def logits(i, r):
+    @jax.jit
+    def run(i, r):
         a, fed = recsys.feedback(jax.random.key(1), i, r, task)
-        return np.asarray(recsys.window_logits(model, params, i, a, fed))
+        return recsys.window_logits(model, params, i, a, fed)
+
+    logits = lambda i, r: np.asarray(run(i, r))  # noqa: E731
 
     base = logits(items, rewards)
     later_reward = logits(items, rewards.at[t].add(3.0))

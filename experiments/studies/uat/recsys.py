@@ -132,6 +132,8 @@ FULL = RecsysStudyConfig()
 # +0.064 pass, uat_gain_needs_feedback +0.0195 fails narrowly. So at this size most of UAT's lead over VT
 # does not come from the rewards (its utility pathway also reads the delayed items), the reading the
 # null check exists to catch. The delay sweep runs at full size only (delays = (1,) here).
+# The judged run that followed (stream 0): UAT 0.296 +- 0.037, UAT-null 0.293, VT 0.195, A-DT 0.270 (HR@10):
+# uat_beats_vt_hr10 +0.101 and uat_on_par_with_adt_hr10 +0.027 pass; uat_gain_needs_feedback +0.0035 FAILS.
 QUICK = RecsysStudyConfig(
     size=cells.Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=50, batch_size=16, epochs=600,
                     eval_episodes=1, ema_decay=0.95, dropout=0.1),
