@@ -246,5 +246,5 @@ STUDY = register(Study(
     name="uat.mechanism",
     summary="attention and recovery of trained UAT vs VT at hidden goal shifts inside a DarkRoom episode (Figure 2)",
     config_type=MechanismConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    seeds_field="seeds", quick_s=90,
+    seeds_field="seeds", quick_s=135,
 ))
