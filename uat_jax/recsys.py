@@ -48,7 +48,7 @@ from uat_jax import cells, recsys_data
 from uat_jax.config import SWITCHED, ModelConfig
 from uat_jax.feedback import NO_ACTION, FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_cache, init_params
-from uat_jax.train import CellKeys, cross_entropy, make_optimizer, task_model
+from uat_jax.train import CellKeys, check_optimizer_fields, cross_entropy, make_optimizer, task_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +69,7 @@ class RecsysTrainConfig:
         if self.model.obs_dim != self.model.n_actions:
             raise ValueError("Domain D observes and recommends items of one vocabulary: model.obs_dim must equal "
                              f"model.n_actions, got {self.model.obs_dim} and {self.model.n_actions}")
-        for name in ("epochs", "batch_size", "eval_batch", "lr", "ue_lr", "grad_clip"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        check_optimizer_fields(self, ("eval_batch",))
 
 
 @struct.dataclass

@@ -49,6 +49,16 @@ from uat_jax.schedules import SCHEDULES
 UE_MODULES = ("utility_encoder", "regime_readout")
 
 
+def check_optimizer_fields(cfg, extra: tuple[str, ...] = ()) -> None:
+    """Raise unless ``cfg``'s epochs, batch_size, lr, ue_lr, grad_clip and ``extra`` fields are > 0
+    and its weight_decay >= 0 (the fields :func:`make_optimizer` and a training loop read)."""
+    for name in ("epochs", "batch_size", *extra, "lr", "ue_lr", "grad_clip"):
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(cfg, name)!r}")
+    if cfg.weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {cfg.weight_decay}")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Table 3 Domain A defaults (epochs fixed, see the module docstring)."""
@@ -69,11 +79,7 @@ class TrainConfig:
         if (self.model.obs_dim, self.model.n_actions) != (env.obs_dim, env.n_actions):
             raise ValueError(f"the {self.domain} domain has obs_dim {env.obs_dim} and n_actions {env.n_actions}, "
                              f"got model.obs_dim {self.model.obs_dim} and model.n_actions {self.model.n_actions}")
-        for name in ("epochs", "batch_size", "eval_episodes", "lr", "ue_lr", "grad_clip"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        check_optimizer_fields(self, ("eval_episodes",))
         if self.grid_size < 2:
             raise ValueError(f"grid_size must be >= 2, got {self.grid_size}")
 

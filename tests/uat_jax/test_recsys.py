@@ -129,6 +129,11 @@ def test_bad_configs(data):
         recsys.RecsysTrainConfig(model=dataclasses.replace(SIZE.model_config(), obs_dim=3, n_actions=4))
     with pytest.raises(ValueError, match="eval_batch"):
         dataclasses.replace(recsys.train_config(SIZE, 20), eval_batch=0)
+    for bad, message in ((dict(lr=0.0), "lr must be > 0"), (dict(weight_decay=-1.0), "weight_decay must be >= 0")):
+        with pytest.raises(ValueError, match=message):  # the optimiser fields, shared with Domain A's TrainConfig
+            dataclasses.replace(recsys.train_config(SIZE, 20), **bad)
+        with pytest.raises(ValueError, match=message):
+            dataclasses.replace(SIZE.train_config(), **bad)
     with pytest.raises(ValueError, match="delay"):
         recsys.RecsysTask.make(-1)
     with pytest.raises(ValueError, match="corruption"):
