@@ -181,20 +181,30 @@ def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions:
     return logits
 
 
+# The parameters whose static initialisation in a member differs from the union's: Flax numbers the random
+# draws of a scope in creation order, and these members create fewer utility projections than the union
+# (found by comparing every member's static initialisation with the union's; tests/uat_jax/test_switched.py
+# checks every member's parameters bitwise). Every other parameter a member has is drawn as in the union.
+REDRAWN = {"no_q": ("W_K_u", "W_V_u"), "no_kv": ("W_Q_u",), "no_bias": ("W_Q_u", "W_K_u", "W_V_u")}
+
+
 def init_params(model: DecisionTransformer, key: jax.Array):
     """Parameters for one episode-length input. A ``traced_variant`` model gets the
-    union's initialisation overwritten, on every parameter member ``model.variant`` has,
-    by that static member's initialisation from the same key (all members are
-    initialised and the variant's row is selected, so ``variant`` may be traced)."""
+    union's initialisation, with the parameters of ``REDRAWN`` replaced by the value that
+    member ``model.variant``'s static initialisation from the same key gives them (each
+    such member is initialised and the variant's row selected, so ``variant`` may be
+    traced): every parameter the member has is its static initialisation."""
     cfg = model.cfg
     T = cfg.horizon
     args = (jnp.zeros((T, cfg.obs_dim)), jnp.zeros(T, jnp.int32), jnp.zeros(T), init_cache(cfg))
     params = model.init(key, *args)
     if not cfg.traced_variant:
         return params
-    union = traverse_util.flatten_dict(params)
-    rows = []
-    for name in SWITCHED:
-        own = traverse_util.flatten_dict(DecisionTransformer(member(cfg, name)).init(key, *args))
-        rows.append(traverse_util.unflatten_dict({p: own.get(p, v) for p, v in union.items()}))
-    return jax.tree.map(lambda *xs: jnp.stack(xs)[model.variant], *rows)
+    flat = traverse_util.flatten_dict(params)
+    own = {name: traverse_util.flatten_dict(DecisionTransformer(member(cfg, name)).init(key, *args))
+           for name in REDRAWN}
+    for path in flat:
+        if any(path[-1] in names for names in REDRAWN.values()):
+            rows = [own[name][path] if path[-1] in REDRAWN.get(name, ()) else flat[path] for name in SWITCHED]
+            flat[path] = jnp.stack(rows)[model.variant]
+    return traverse_util.unflatten_dict(flat)
