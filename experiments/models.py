@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 
 from experiments.io import jsonable
 
-__all__ = ["FORMAT_VERSION", "ModelMismatch", "ModelMissing", "load", "load_meta", "save"]
+__all__ = ["FORMAT_VERSION", "ModelMismatch", "ModelMissing", "load", "load_info", "load_meta", "save"]
 
 FORMAT_VERSION = 1
 
@@ -64,6 +64,15 @@ def load_meta(directory: str | pathlib.Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION or "architecture" not in meta:
         raise ModelMissing(f"{directory} was not written by experiments.models (meta {meta!r})")
     return meta
+
+
+def load_info(directory: str | pathlib.Path) -> dict:
+    """The kept model's ``info``, or ``{}`` when there is no readable kept model at ``directory`` (for a
+    study that trains the model itself when it finds none)."""
+    try:
+        return load_meta(directory)["info"]
+    except ModelMissing:
+        return {}
 
 
 def load(directory: str | pathlib.Path, architecture: dict, template: Any) -> tuple[Any, dict]:

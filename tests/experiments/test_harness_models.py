@@ -40,6 +40,7 @@ def test_round_trip(tmp_path):
     assert info == {"seeds": [1, 2], "lr": 0.5}
     meta = models.load_meta(path)
     assert meta["format_version"] == models.FORMAT_VERSION and meta["architecture"] == ARCH
+    assert models.load_info(path) == info
 
 
 def test_overwrite_replaces(tmp_path):
@@ -69,6 +70,7 @@ def test_missing_folder(tmp_path):
         models.load(tmp_path / "nowhere", ARCH, _template())
     with pytest.raises(models.ModelMissing):
         models.load_meta(tmp_path / "nowhere")
+    assert models.load_info(tmp_path / "nowhere") == {}  # a study that may train instead
 
 
 def test_folder_of_garbage_files(tmp_path):
@@ -78,6 +80,7 @@ def test_folder_of_garbage_files(tmp_path):
     (folder / "params.bin").write_bytes(b"garbage")
     with pytest.raises(models.ModelMissing, match="junk"):
         models.load(folder, ARCH, _template())
+    assert models.load_info(folder) == {}
 
 
 def test_orbax_checkpoint_without_our_meta(tmp_path):

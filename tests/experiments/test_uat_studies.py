@@ -226,7 +226,7 @@ def _mechanism_arrays(T, acc_after, mass_after, base_mass=0.1):
                 "active_mass": np.tile(np.where(after, mass_after[m], 0.0), (2, 2, 1)),
                 "base_active_mass": np.tile(np.where(after, base_mass, 0.0), (2, 2, 1)),
                 "oracle_log_prob": np.tile(np.where(after, -acc_after[m], -0.1), (2, 1))}
-            for m in mechanism.MODELS}
+            for m in mechanism.MODELS} | {"origin": "trained here"}
 
 
 def test_mechanism_summary_and_checks():
@@ -278,6 +278,15 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     assert len(curves) == 6 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
     assert len(_csv(out / "darkroom.csv")) == 10 and len(_csv(out / "table.csv")) == 10
     assert (out / "darkroom.png").exists()
+    assert sorted(p.name for p in (out / "models").iterdir()) == ["abrupt", "cyclic"]
+    # uat.mechanism plays the kept cyclic UAT and VT cells, and computes what it computes training them itself
+    loaded, origin = _mechanism_tiny_run(tmp_path)
+    assert origin.startswith("loaded from") and origin.endswith("uat.darkroom/models/cyclic"), origin
+    trained, origin = _mechanism_tiny_run(tmp_path / "alone")
+    assert origin.startswith("trained here"), origin
+    assert loaded["metrics"].keys() == trained["metrics"].keys()
+    for name, value in trained["metrics"].items():
+        assert loaded["metrics"][name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
 
 
 def test_ablation_tiny_run(tmp_path):
@@ -323,14 +332,17 @@ def test_theory_tiny_run_completes(tmp_path):
     assert result["metrics"]["tv_vt"] == 0.0 and result["metrics"]["params_gtrxl"] == 142597.0
 
 
-def test_mechanism_tiny_run_writes_the_figure(tmp_path):
+def _mechanism_tiny_run(out):
     argv = ["run", "uat.mechanism", "--quick", *TINY_SIZE, "--set", "episodes=1", "--set", "recovered_after=0",
-            "--seeds", "1", "--out", str(tmp_path)]
+            "--seeds", "1", "--set", "stream=1", "--out", str(out)]
     assert cli.main(argv) in (0, 1)
-    out = tmp_path / "uat.mechanism"
-    result = _result(out)
+    folder = out / "uat.mechanism"
+    result = _result(folder)
     assert [c["name"] for c in result["checks"]] == ["uat_recovers_after_shift", "modulation_adds_post_shift_attention",
                                                      "uat_attends_to_active_segment"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     assert 0.0 <= result["metrics"]["active_mass_uat"] <= 1.0
-    assert len(_csv(out / "table.csv")) == 4 and (out / "mechanism.png").exists()
+    assert len(_csv(folder / "table.csv")) == 4 and (folder / "mechanism.png").exists()
+    return result, _csv(folder / "models.csv")[0]["origin"]
+
+

@@ -76,10 +76,7 @@ def reuse_or_train(ctx: RunContext, source: str, name: str, tcfg: train.TrainCon
     """
     path = ctx.kept_model(source, name)
     want = json.loads(json.dumps(jsonable(dataclasses.asdict(tcfg))))
-    try:
-        info = models.load_meta(path)["info"]
-    except models.ModelMissing:
-        info = {}
+    info = models.load_info(path)
     label_free = np.flatnonzero(np.asarray(info.get("supervised", np.zeros(info.get("runs", 0)))) < 0.5)
     if info.get("train") == want and info.get("stream") == stream and len(label_free) >= runs:
         params, _ = load_kept(path.parent.parent, name, tcfg, role)

@@ -11,7 +11,8 @@ pathways off, ``uat_jax.model``), A-DT, DT-style and GTrXL one program each over
 schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule and model uses the
 same key. The test-time adaptation baselines TENT and CoTTA (``uat_jax.tta``) are the
 trained VT cells adapted online over their evaluation episodes (one further program;
-they see observations only, C.2). ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2
+they see observations only, C.2). The trained UAT and VT cells of each schedule are kept as
+the model ``models/<schedule>`` (``uat.mechanism`` plays the cyclic ones). ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2
 layers, batch 32, 200 epochs, T = 30, 2 seeds) trains UAT, VT and A-DT only, the models
 the checks compare, and adapts VT with TENT and CoTTA; DT-style and GTrXL run at full
 size (Table 3, 3 seeds).
@@ -44,11 +45,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import train_models
+from experiments.studies.uat.training import keep_cells, train_models
 from uat_jax import cells, tta
 from uat_jax.config import KINDS
 from uat_jax.schedules import SCHEDULES
@@ -62,6 +64,7 @@ PAPER = {f"acc_{m}_{s}": v for m, accs in PAPER_ACC.items() for s, v in zip(SCHE
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
 CHECKED = ("uat", "vt", "adt")  # the models the checks compare
+KEPT = ("uat", "vt")  # kept per schedule as models/<schedule> (uat.mechanism loads them)
 ADAPTATION = tta.METHODS  # test-time adaptation of the trained VT
 WIDE_MARGIN = 0.2
 ON_PAR = -0.03
@@ -122,7 +125,13 @@ def compute(cfg: DarkroomConfig, ctx: RunContext) -> dict:
     runs = {m: [Task.make(s) for s in cfg.schedules] for m in cfg.models}
     labels = {m: [f"schedule {x}" for x in cfg.schedules] for m in cfg.models}
     grids = train_models(ctx, "darkroom", cfg.size, runs, labels, cfg.seeds, cfg.stream,
-                         adapt={m: ADAPTATION[m](batch_size=cfg.adapt_batch) for m in cfg.adapt})
+                         adapt={m: ADAPTATION[m](batch_size=cfg.adapt_batch) for m in cfg.adapt}, keep=KEPT)
+    kept = [grids[m].pop("params") for m in KEPT]  # each flat over schedules x seeds
+    for i, sched in enumerate(cfg.schedules):
+        rows = slice(i * cfg.seeds, (i + 1) * cfg.seeds)
+        params = jax.tree.map(lambda *ps, rows=rows: np.concatenate([np.asarray(p)[rows] for p in ps]), *kept)
+        keep_cells(ctx, sched, cfg.size.train_config(traced_variant=True), KEPT, params,
+                   np.stack([grids[m]["accuracy"][i] for m in KEPT]), cfg.stream)
     out: dict = {"accuracy": {}, "efficiency": {}, "curves": {}}
     for model, grid in grids.items():
         out["accuracy"][model], out["efficiency"][model] = grid["accuracy"], grid["efficiency"]

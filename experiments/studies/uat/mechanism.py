@@ -2,8 +2,8 @@
 "Breaking Feedback-Blindness: Utility-Augmented Transformer for Sequential Decision
 Making" (UAT, arXiv 2607.18910, section 6.5, Appendix C mechanism analysis).
 
-UAT and Vanilla-TF are trained as in ``uat.darkroom`` on the cyclic schedule (one
-vmapped program over models x seeds, ``experiments.studies.uat.training``), then rolled
+UAT and Vanilla-TF trained by ``uat.darkroom`` on the cyclic schedule (its kept cells, or
+one vmapped program over models x seeds here, ``experiments.studies.uat.training``) are rolled
 out greedily, without retraining, on shift episodes (``uat_jax.mechanism``): one episode
 of the training horizon whose hidden goal shifts at T/3 and 2T/3, the three goals being
 the cell's next cyclic waypoints (episode i of the diagnostic: the goals of the run's
@@ -12,7 +12,10 @@ program plays ``episodes`` of them per trained cell and reads, from the causal p
 every layer's attention weights, the attention of UAT's base pathway (the same
 parameters with both utility pathways switched off, on the same episode: panel (c)'s
 "base"; modulation = UAT minus base) and the log-probability of the expert action.
-Seed ``s`` of both models plays the same start states and goals.
+Seed ``s`` of both models plays the same start states and goals. The trained cells are
+``uat.darkroom``'s (its kept model ``models/<schedule>``) when that study ran in the same
+results folder with the same size, seeds stream and at least as many seeds; else trained
+here, the same cells (``models.csv`` names the origin).
 
 Reported: per-step accuracy against the oracle (the recovery curve), accuracy per
 segment, post-shift accuracy (the first 5 steps after each shift, C.3), the accuracy
@@ -59,6 +62,13 @@ VT's 0.39. Re-finding a goal inside an episode, which training never asked for, 
 seed-dependent at this size (0.65 recovered on the screening seeds). The modulation check
 passes (+0.058, as on the screening seeds). ``uat_attends_to_active_segment`` fails at
 +0.031 (UAT 0.369, VT 0.338), short of the 5% margin, as expected.
+
+Since ``uat.mechanism`` plays ``uat.darkroom``'s kept cells (the same cells, trained in that
+study's 12-cell program instead of a 4-cell one: float rounding, amplified over 200 epochs,
+makes them different networks), the judged quick run gives, on the cells of the judged
+``uat.darkroom`` run (UAT 0.879, VT 0.373 on fixed-goal episodes): recovery +0.072 FAILS (UAT
+0.47 on the recovered steps, VT 0.40; UAT's segments 0.69 / 0.33 / 0.48), modulation +0.053
+passes, reallocation +0.022 fails (UAT 0.369, VT 0.347, base 0.316). The same 1 of 3.
 """
 from __future__ import annotations
 
@@ -70,7 +80,7 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import train_grid
+from experiments.studies.uat.training import reuse_or_train_cells
 from uat_jax import cells, mechanism
 from uat_jax.config import SWITCHED
 from uat_jax.domains import POST_SHIFT_STEPS
@@ -153,16 +163,17 @@ def make_diagnostic_cell(cfg: MechanismConfig):
 
 def compute(cfg: MechanismConfig, ctx: RunContext) -> dict:
     """Per model {output: [seeds, ...]} of the diagnostic (``make_diagnostic_cell``), plus the
-    models' plain (fixed-goal) evaluation ``accuracy`` [seeds]."""
+    models' plain (fixed-goal) evaluation ``accuracy`` [seeds]; ``origin``: where the trained cells came from."""
     tasks = [Task.make(cfg.schedule, variant=m) for m in MODELS]
     labels = [f"{m}, schedule {cfg.schedule}" for m in MODELS]
-    keys = seeds.seed_keys(cfg.seeds, cfg.stream)
-    grid = train_grid(ctx, "mechanism", cfg.size.train_config(traced_variant=True), tasks, labels, cfg.seeds,
-                      cfg.stream, keep_params=True)
-    items = {**cells.cell_inputs(tasks, keys), "params": grid.pop("params")}
+    grid, origin = reuse_or_train_cells(ctx, "uat.darkroom", cfg.schedule, "mechanism",
+                                        cfg.size.train_config(traced_variant=True), tasks, MODELS, labels,
+                                        cfg.seeds, cfg.stream)
+    items = {**cells.cell_inputs(tasks, seeds.seed_keys(cfg.seeds, cfg.stream)), "params": grid["params"]}
     diag = cells.split_cells(seeds.train_grid(ctx, "mechanism_diagnostic", make_diagnostic_cell(cfg), items,
                                               labels=labels, num_seeds=cfg.seeds), len(MODELS))
-    return {m: {"accuracy": grid["accuracy"][i], **{k: v[i] for k, v in diag.items()}} for i, m in enumerate(MODELS)}
+    out = {m: {"accuracy": grid["accuracy"][i], **{k: v[i] for k, v in diag.items()}} for i, m in enumerate(MODELS)}
+    return {**out, "origin": origin}
 
 
 def summarize(cfg: MechanismConfig, arrays: dict) -> Summary:
@@ -202,7 +213,8 @@ def summarize(cfg: MechanismConfig, arrays: dict) -> Summary:
              **{f"active_mass_{m}": arrays[m]["active_mass"].mean((0, 1)).tolist() for m in MODELS},
              "active_mass_uat_base": arrays["uat"]["base_active_mass"].mean((0, 1)).tolist(),
              "oracle_log_prob_uat_minus_vt": diff.mean(0).tolist()}
-    return Summary(metrics=metrics, checks=found, tables={"table": table})
+    models_table = {"models": [", ".join(MODELS)], "schedule": [cfg.schedule], "origin": [str(arrays["origin"])]}
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "models": models_table})
 
 
 def write(cfg: MechanismConfig, arrays: dict, summary: Summary, out_dir) -> None:
@@ -246,5 +258,5 @@ STUDY = register(Study(
     name="uat.mechanism",
     summary="attention and recovery of trained UAT vs VT at hidden goal shifts inside a DarkRoom episode (Figure 2)",
     config_type=MechanismConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    seeds_field="seeds", quick_s=135,
+    seeds_field="seeds", quick_s=20, after=("uat.darkroom",),
 ))

@@ -10,17 +10,29 @@ Vanilla-TF cells in one further program (``adapt``). A domain other than DarkRoo
 (``uat_jax.domains``) passes its environment parameters ``env``: one replicated argument of
 every program (``sweep_map(shared=env)``), fingerprinted by content; Domain D (``uat_jax.recsys``)
 passes its dataset the same way.
+
+:func:`keep_cells` writes trained cells of the switched family as a kept model
+(``experiments.models``: ``DIR/STUDY/models/NAME``, ``uat.darkroom`` keeps its UAT and
+Vanilla-TF cells per schedule) and :func:`reuse_or_train_cells` is how another study
+(``uat.mechanism``) gets the same cells: loaded when they were trained with the same
+config on the same seed stream, else trained here.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from experiments import seeds
+from experiments import models, seeds
+from experiments.io import jsonable
 from experiments.registry import RunContext
 from uat_jax import cells
 from uat_jax.config import KINDS, SWITCHED
+from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import Task
 
 
@@ -52,7 +64,7 @@ def adapt_grid(ctx: RunContext, name: str, train_cfg, params, tasks: list[Task],
 def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, list[Task]],
                  labels: dict[str, list[str]], num_seeds: int, stream: int,
                  adapt: dict | None = None, domain: str = "darkroom", env=None, configure=None,
-                 make_cell=cells.make_cell) -> dict[str, dict]:
+                 make_cell=cells.make_cell, keep: tuple[str, ...] = ()) -> dict[str, dict]:
     """Every model of ``runs`` (a kind of ``KINDS`` or a member of ``SWITCHED``) on its tasks
     x seeds: ``{model: outputs [tasks, seeds, ...]}``. Two or more switched-family members
     train as one program ``name``; any other model as its own program ``name_<model>``.
@@ -63,32 +75,80 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
     adapted at test time (program ``name_tta``). ``domain`` and its ``env``: see the module docstring.
     ``configure(kind, variant=None, traced_variant=False)`` gives each program's training
     configuration (default ``size.train_config`` on ``domain``) and ``make_cell(cfg, keep_params)``
-    its cell (default ``uat_jax.cells.make_cell``): Domain D passes ``uat_jax.recsys``'s."""
+    its cell (default ``uat_jax.cells.make_cell``): Domain D passes ``uat_jax.recsys``'s. Each
+    switched-family member of ``keep`` (trained in the family program) also returns its trained
+    ``"params"``, flat over its tasks x seeds."""
     if adapt and "vt" not in runs:
         raise ValueError(f"test-time adaptation {sorted(adapt)} adapts the Vanilla-TF: runs must include 'vt'")
     configure = configure or functools.partial(size.train_config, domain=domain)
     family = [m for m in runs if m in SWITCHED]
     family = family if len(family) > 1 else []
-    keep = bool(adapt)
+    if not set(keep) <= set(family):
+        raise ValueError(f"keep must name switched-family members trained together, {family}, got {keep}")
+    kept = {*keep, *(["vt"] if adapt else [])}
     out, cfgs = {}, {}
     if family:
         tasks = [t.with_variant(m) for m in family for t in runs[m]]
         cfgs.update({m: configure("uat", traced_variant=True) for m in family})
         grid = train_grid(ctx, name, cfgs[family[0]], tasks,
-                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, keep, env, make_cell)
+                          [f"{m}, {x}" for m in family for x in labels[m]], num_seeds, stream, bool(kept), env,
+                          make_cell)
         params, start = grid.pop("params", None), 0
         for m in family:
             out[m] = {k: v[start:start + len(runs[m])] for k, v in grid.items()}
-            if m == "vt" and keep:
+            if m in kept:
                 rows = slice(start * num_seeds, (start + len(runs[m])) * num_seeds)
                 out[m]["params"] = jax.tree.map(lambda p, rows=rows: p[rows], params)
             start += len(runs[m])
     for m in (m for m in runs if m not in family):
         cfgs[m] = configure(m) if m in KINDS else configure("uat", m)
-        out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, keep and m == "vt",
+        out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, m in kept,
                             env, make_cell)
     if adapt:
         vt_tasks = [t.with_variant("vt") for t in runs["vt"]] if "vt" in family else runs["vt"]
-        out.update(adapt_grid(ctx, f"{name}_tta", cfgs["vt"], out["vt"].pop("params"), vt_tasks, labels["vt"],
+        vt_params = out["vt"]["params"] if "vt" in keep else out["vt"].pop("params")
+        out.update(adapt_grid(ctx, f"{name}_tta", cfgs["vt"], vt_params, vt_tasks, labels["vt"],
                               num_seeds, stream, adapt, env))
     return {m: out[m] for m in (*runs, *(adapt or {}))}
+
+
+def _union_template(train_cfg, runs: int):
+    """Shapes of ``runs`` parameter sets of the switched union of ``train_cfg``."""
+    model = DecisionTransformer(train_cfg.model, variant=jnp.int32(0))
+    return jax.eval_shape(jax.vmap(lambda k: init_params(model, k)), jax.random.split(jax.random.key(0), runs))
+
+
+def keep_cells(ctx: RunContext, name: str, train_cfg, members: tuple[str, ...], params, accuracy, stream: int):
+    """Write trained switched-family cells as the kept model ``name`` of this study: ``params`` flat over
+    ``members`` x seeds (task-major, as :func:`train_grid` returns them), with their fixed-goal evaluation
+    ``accuracy`` [members, seeds], seed stream and training config."""
+    info = {"train": dataclasses.asdict(train_cfg), "stream": stream, "members": list(members),
+            "seeds": int(np.shape(accuracy)[1]), "accuracy": np.asarray(accuracy).tolist()}
+    return models.save(ctx.out_dir / "models" / name, params, jsonable(dataclasses.asdict(train_cfg.model)), info)
+
+
+def reuse_or_train_cells(ctx: RunContext, source: str, name: str, program: str, train_cfg, tasks: list[Task],
+                         members: tuple[str, ...], labels: list[str], num_seeds: int, stream: int) -> tuple[dict, str]:
+    """``(grid, origin)``: the switched-family cells ``members`` x seeds (``tasks``, one per member) trained with
+    ``train_cfg`` on ``seed_keys(num_seeds, stream)``, as ``{"accuracy": [members, seeds], "params": flat}``.
+
+    Loaded from the model ``name`` kept by study ``source`` in this results folder (:func:`keep_cells`) when its
+    training config, stream and members equal these and it holds at least ``num_seeds`` seeds (``seed_keys`` is
+    prefix-stable, so its first seeds are these); otherwise trained here (program ``program``), the same cells up to
+    the float rounding of a differently batched program. ``origin`` says which.
+    """
+    path = ctx.kept_model(source, name)
+    want = json.loads(json.dumps(jsonable(dataclasses.asdict(train_cfg))))
+    info = models.load_info(path)
+    if (info.get("train") == want and info.get("stream") == stream and info.get("members") == list(members)
+            and info.get("seeds", 0) >= num_seeds):
+        saved = info["seeds"]
+        params, _ = models.load(path, jsonable(dataclasses.asdict(train_cfg.model)),
+                                _union_template(train_cfg, len(members) * saved))
+        rows = np.array([m * saved + s for m in range(len(members)) for s in range(num_seeds)])
+        accuracy = np.asarray(info["accuracy"])[:, :num_seeds]
+        return {"accuracy": accuracy, "params": jax.tree.map(lambda p: np.asarray(p)[rows], params)}, \
+            f"loaded from {path}"
+    grid = train_grid(ctx, program, train_cfg, tasks, labels, num_seeds, stream, keep_params=True)
+    return {"accuracy": grid["accuracy"], "params": grid["params"]}, \
+        f"trained here ({source} keeps no matching {name} in {path.parent.parent.parent})"
