@@ -1,8 +1,10 @@
 """The uat.* studies: summaries on synthetic arrays, config validation, and tiny end-to-end
 runs through the command line (``--set`` overrides; no training at a real size)."""
 import csv
+import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from experiments import cli, configs, seeds
 from experiments.studies.uat import ablation, boundary, darkroom, mechanism, theory
 from uat_jax import cells
 from uat_jax import mechanism as diag
+from uat_jax.train import Task
 
 # One layer, T = 4, two episodes per epoch, two epochs, one seed: seconds of compute, the rest is compile.
 TINY_SIZE = ["--set", 'size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horizon": 4, '
@@ -346,3 +349,33 @@ def _mechanism_tiny_run(out):
     return result, _csv(folder / "models.csv")[0]["origin"]
 
 
+def test_kept_cells_load_the_first_seeds_of_each_member_and_train_on_any_mismatch(tmp_path, monkeypatch):
+    """``reuse_or_train_cells`` reads the first ``num_seeds`` of each member from a model kept with more seeds
+    (rows member-major), and trains (here: a stand-in) when the stream or the config differ."""
+    from experiments.registry import RunContext
+    from experiments.studies.uat import training
+
+    size = cells.Size(d_model=8, n_heads=2, d_ff=8, n_layers=1, horizon=4, batch_size=2, epochs=2, eval_episodes=2)
+    tcfg = size.train_config(traced_variant=True)
+    members, saved = ("uat", "vt"), 3
+    shapes = training._union_template(tcfg, len(members) * saved)
+    params = jax.tree.map(lambda s: np.broadcast_to(np.arange(s.shape[0], dtype=s.dtype).reshape((-1,) + (1,) * (
+        len(s.shape) - 1)), s.shape).copy(), shapes)  # every leaf holds its row index
+    accuracy = np.array([[0.9, 0.8, 0.7], [0.3, 0.2, 0.1]])
+    source = RunContext(study="uat.darkroom", quick=True, out_dir=tmp_path / "uat.darkroom")
+    training.keep_cells(source, "cyclic", tcfg, members, params, accuracy, stream=1)
+    ctx = RunContext(study="uat.mechanism", quick=True, out_dir=tmp_path / "uat.mechanism")
+    trained = []
+    monkeypatch.setattr(training, "train_grid", lambda *a, **k: trained.append(a[1]) or {"accuracy": "t", "params": "t"})
+    tasks = [Task.make("cyclic", variant=m) for m in members]
+    grid, origin = training.reuse_or_train_cells(ctx, "uat.darkroom", "cyclic", "prog", tcfg, tasks, members,
+                                                 ["a", "b"], 2, 1)
+    assert origin.startswith("loaded from") and not trained
+    np.testing.assert_array_equal(grid["accuracy"], [[0.9, 0.8], [0.3, 0.2]])
+    for leaf in jax.tree.leaves(grid["params"]):
+        np.testing.assert_array_equal(leaf.reshape(4, -1)[:, 0], [0, 1, 3, 4])  # uat seeds 0, 1; vt seeds 0, 1
+    for stream, cfg, seeds_wanted in ((0, tcfg, 2), (1, dataclasses.replace(tcfg, epochs=3), 2), (1, tcfg, 4)):
+        _, origin = training.reuse_or_train_cells(ctx, "uat.darkroom", "cyclic", "prog", cfg, tasks, members,
+                                                  ["a", "b"], seeds_wanted, stream)
+        assert origin.startswith("trained here")
+    assert trained == ["prog"] * 3

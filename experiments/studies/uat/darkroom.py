@@ -12,8 +12,8 @@ schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule and model us
 same key. The test-time adaptation baselines TENT and CoTTA (``uat_jax.tta``) are the
 trained VT cells adapted online over their evaluation episodes (one further program;
 they see observations only, C.2). The trained UAT and VT cells of each schedule are kept as
-the model ``models/<schedule>`` (``uat.mechanism`` plays the cyclic ones). ``--quick`` (the ``uat_jax.cells.CPU`` size: d_model 32, 2
-layers, batch 32, 200 epochs, T = 30, 2 seeds) trains UAT, VT and A-DT only, the models
+the model ``models/<schedule>`` (``uat.mechanism`` plays the cyclic ones). ``--quick`` (the
+``uat_jax.cells.CPU`` size: d_model 32, 2 layers, batch 32, 200 epochs, T = 30, 2 seeds) trains UAT, VT and A-DT only, the models
 the checks compare, and adapts VT with TENT and CoTTA; DT-style and GTrXL run at full
 size (Table 3, 3 seeds).
 

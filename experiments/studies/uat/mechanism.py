@@ -14,8 +14,9 @@ parameters with both utility pathways switched off, on the same episode: panel (
 "base"; modulation = UAT minus base) and the log-probability of the expert action.
 Seed ``s`` of both models plays the same start states and goals. The trained cells are
 ``uat.darkroom``'s (its kept model ``models/<schedule>``) when that study ran in the same
-results folder with the same size, seeds stream and at least as many seeds; else trained
-here, the same cells (``models.csv`` names the origin).
+results folder with the same size, seed stream and at least as many seeds; else trained
+here from the same seeds and config (a differently batched program: float rounding, over
+200 epochs, gives different networks; ``models.csv`` names the origin).
 
 Reported: per-step accuracy against the oracle (the recovery curve), accuracy per
 segment, post-shift accuracy (the first 5 steps after each shift, C.3), the accuracy
