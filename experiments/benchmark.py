@@ -14,20 +14,23 @@ from jax.extend.core import jaxprs_in_params
 __all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_call", "time_python"]
 
 
-def _repeat(call: Callable[[], Any], repeats: int) -> dict[str, float]:
-    """Seconds of ``repeats`` calls of ``call`` (each waited for with ``block_until_ready``)."""
+def _repeat(call: Callable[[], Any], repeats: int, min_total_s: float = 0.0) -> dict[str, float]:
+    """Seconds of ``repeats`` calls of ``call`` (each waited for with ``block_until_ready``), and of
+    more calls while the calls so far have taken less than ``min_total_s`` in all: a program of
+    milliseconds (on an accelerator) is timed over many calls, one of seconds (on a CPU) once.
+    ``{"mean_s", "min_s", "calls"}``."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    while len(times) < repeats or sum(times) < min_total_s:
         t0 = time.perf_counter()
         jax.block_until_ready(call())
         times.append(time.perf_counter() - t0)
-    return {"mean_s": sum(times) / repeats, "min_s": min(times)}
+    return {"mean_s": sum(times) / len(times), "min_s": min(times), "calls": len(times)}
 
 
 def time_call(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str, float]:
-    """Time a jittable ``fn(*args)``: ``{"compile_s", "mean_s", "min_s"}``.
+    """Time a jittable ``fn(*args)``: ``{"compile_s", "mean_s", "min_s", "calls"}``.
 
     ``compile_s`` is ``jax.jit(fn).lower(*args).compile()``; then one untimed
     warm-up call, then ``repeats`` timed calls of the compiled program.
@@ -39,9 +42,10 @@ def time_call(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str,
     return {"compile_s": compile_s, **_repeat(lambda: compiled(*args), repeats)}
 
 
-def time_python(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str, float]:
-    """Time a plain Python callable (e.g. a loop baseline): ``{"mean_s", "min_s"}``, no warm-up."""
-    return _repeat(lambda: fn(*args), repeats)
+def time_python(fn: Callable[..., Any], *args: Any, repeats: int = 5, min_total_s: float = 0.0) -> dict[str, float]:
+    """Time a plain Python callable (e.g. a loop baseline): ``{"mean_s", "min_s", "calls"}`` of at
+    least ``repeats`` calls lasting at least ``min_total_s`` together (see :func:`_repeat`), no warm-up."""
+    return _repeat(lambda: fn(*args), repeats, min_total_s)
 
 
 def peak_mb(compiled) -> float:

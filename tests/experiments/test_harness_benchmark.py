@@ -12,10 +12,19 @@ from experiments import benchmark, provenance
 
 def test_time_call_and_time_python():
     timing = benchmark.time_call(lambda x: jnp.sin(x) @ x, jnp.ones((64, 64)), repeats=3)
-    assert set(timing) == {"compile_s", "mean_s", "min_s"}
+    assert set(timing) == {"compile_s", "mean_s", "min_s", "calls"} and timing["calls"] == 3
     assert timing["compile_s"] > 0 and 0 < timing["min_s"] <= timing["mean_s"]
     slow = benchmark.time_python(lambda s: time.sleep(s), 0.02, repeats=2)
-    assert set(slow) == {"mean_s", "min_s"} and slow["min_s"] >= 0.02
+    assert set(slow) == {"mean_s", "min_s", "calls"} and slow["min_s"] >= 0.02 and slow["calls"] == 2
+
+
+def test_time_python_calls_until_the_minimum_total_time():
+    """A 20 ms call timed for at least 0.1 s in all is called at least 5 times (1 repeat asked),
+    and not far more; a call longer than the minimum total is called ``repeats`` times."""
+    fast = benchmark.time_python(lambda: time.sleep(0.02), repeats=1, min_total_s=0.1)
+    assert 5 <= fast["calls"] <= 6 and fast["min_s"] >= 0.02
+    slow = benchmark.time_python(lambda: time.sleep(0.06), repeats=2, min_total_s=0.05)
+    assert slow["calls"] == 2
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         benchmark.time_python(lambda: None, repeats=0)
 
