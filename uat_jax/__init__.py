@@ -1,10 +1,11 @@
 """uat_jax: the Utility-Augmented Transformer (UAT) on DarkRoom, with its baselines,
 ablations and theory checks, after "Breaking Feedback-Blindness: Utility-Augmented
 Transformer for Sequential Decision Making" (UAT, arXiv 2607.18910): Domain A (DarkRoom), the
-Domain B environment (``sepsis``, on the ICU-Sepsis tables), the Domain C data layer
-(``markets_data``) and Domain D (``recsys_data``, MovieLens files; ``recsys``, teacher-forced
-training and ranking). ``markets_data``, ``recsys_data`` and ``recsys`` are imported on their own
-(they read files with pandas and TA-Lib). Derivations and readings: ``docs/uat.md``."""
+Domain B environment (``sepsis``, on the ICU-Sepsis tables), Domain C (``markets_data``, OHLCV
+files; ``markets``, portfolio training and evaluation) and Domain D (``recsys_data``, MovieLens
+files; ``recsys``, teacher-forced training and ranking). ``markets_data``, ``markets``,
+``recsys_data`` and ``recsys`` are imported on their own (they read files with pandas and TA-Lib).
+Derivations and readings: ``docs/uat.md``."""
 from uat_jax import cells, darkroom, domains, schedules, sepsis, theory, tta
 from uat_jax.attention import FeedbackAttention, KVCache
 from uat_jax.config import ABLATIONS, KINDS, SWITCHED, ModelConfig, ablation, member, switch_table

@@ -30,6 +30,19 @@ def shift(actions: jax.Array, rewards: jax.Array) -> tuple[jax.Array, jax.Array]
             jnp.concatenate([pad_r, rewards[..., :-1]], -1))
 
 
+def action_vector(action: jax.Array, n_actions: int) -> jax.Array:
+    """The fed action as a vector [n, n_actions]: an integer action [n] as its one-hot (``NO_ACTION``
+    gives the zero vector), a floating allocation [n, n_actions] as it is (Domain C's portfolio
+    weights, ``uat_jax.markets``; the zero vector before the first step). Every map of the
+    action (f_a, A-DT's and DT-style's embeddings) is linear in this vector, so an allocation
+    is fed as the weighted sum of its actions' embeddings."""
+    if jnp.issubdtype(action.dtype, jnp.integer):
+        chex.assert_rank(action, 1)
+        return jax.nn.one_hot(action, n_actions)
+    chex.assert_shape(action, (None, n_actions))
+    return action
+
+
 @struct.dataclass
 class FeedbackChannel:
     """Corruption of the fed rewards: ``mode`` indexes CORRUPTIONS; ``sigma`` is the

@@ -20,6 +20,10 @@ segment's stop-gradient layer inputs), a GRU gate on the attention residual and 
 identity-map reordering (ReLU on both sub-layer outputs). UAT feeds
 the utility u_j (local gates, every layer) and rho_t (all layers) to the attention.
 
+Where an action is a portfolio allocation (Domain C, ``uat_jax.markets``), a_{j-1} is fed as the
+allocation vector in place of the one-hot (``feedback.action_vector``): f_a, A-DT's and DT-style's
+action embeddings are linear in it.
+
 The module maps one chunk of n environment steps (obs, a_{j-1}, r_{j-1}) and a
 ``DecodeCache`` to (logits [n, A], new cache): the whole episode with a fresh cache is
 the causally masked parallel forward pass; one step at a time is causal inference.
@@ -46,7 +50,7 @@ from flax import struct, traverse_util
 
 from uat_jax.attention import FeedbackAttention, KVCache, empty_kv
 from uat_jax.config import SWITCHED, ModelConfig, member
-from uat_jax.feedback import shift
+from uat_jax.feedback import action_vector, shift
 from uat_jax.gtrxl import GRUGate
 from uat_jax.utility import GateReadout, Switches, UtilityEncoder, regime_state, switched
 
@@ -104,13 +108,15 @@ class DecisionTransformer(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, prev_action: jax.Array, prev_reward: jax.Array,
                  cache: DecodeCache, deterministic: bool = True) -> tuple[jax.Array, DecodeCache]:
-        """obs [n, obs_dim], prev_action [n] int (-1 = none), prev_reward [n] for the
-        steps cache.step .. cache.step + n - 1; returns (logits [n, A], cache)."""
+        """obs [n, obs_dim], prev_action [n] int (-1 = none) or [n, A] allocation
+        (``feedback.action_vector``), prev_reward [n] for the steps cache.step .. cache.step + n - 1;
+        returns (logits [n, A], cache)."""
         cfg = self.cfg
         sw = self._switches()
         n = obs.shape[0]
         chex.assert_shape(obs, (n, cfg.obs_dim))
-        chex.assert_shape([prev_action, prev_reward], (n,))
+        chex.assert_shape(prev_reward, (n,))
+        chex.assert_shape(prev_action, (n,) if jnp.issubdtype(prev_action.dtype, jnp.integer) else (n, cfg.n_actions))
         prev_reward = prev_reward.astype(obs.dtype)
         tokens, reward_sum = self._tokens(obs, prev_action, prev_reward, cache.reward_sum)
         k = cfg.tokens_per_step
@@ -125,6 +131,7 @@ class DecisionTransformer(nn.Module):
             if cfg.modulate_q:
                 ubar = regime_state(u_steps, cache.regime, cfg.ema_decay)
                 rho = GateReadout(cfg.n_heads, cfg.d_head, name="regime_readout")(switched(sw, "modulate_q", ubar))
+                self.sow("intermediates", "regime_gate", rho)  # [n, H, d_m] (Figure 3 right; uat_jax.markets)
                 regime = ubar[-1]
             if cfg.modulate_kv:
                 u = switched(sw, "modulate_kv", u_steps)
@@ -151,7 +158,7 @@ class DecisionTransformer(nn.Module):
         """Token embeddings [n * k, d] before positions, and the updated reward sum."""
         cfg = self.cfg
         embed = lambda name, z: nn.Dense(cfg.d_model, name=name)(z)
-        onehot = jax.nn.one_hot(prev_action, cfg.n_actions)
+        onehot = action_vector(prev_action, cfg.n_actions)
         rtg = returns_to_go(prev_reward, reward_sum, cfg.dt_target_return)
         if cfg.kind == "adt":
             tok = embed("obs_embed", jnp.concatenate([obs, onehot, prev_reward[:, None]], -1))

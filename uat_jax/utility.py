@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from uat_jax.config import SWITCHES, ModelConfig, switch_table
+from uat_jax.feedback import action_vector
 
 
 @struct.dataclass
@@ -59,17 +60,17 @@ class UtilityEncoder(nn.Module):
     @nn.compact
     def __call__(self, prev_action: jax.Array, prev_reward: jax.Array,
                  switches: Switches | None = None) -> jax.Array:
-        """u [n, d_u] from prev_action [n] and prev_reward [n]; ``switches`` exactly when
-        ``cfg.traced_variant``."""
+        """u [n, d_u] from prev_action [n] int or [n, n_actions] allocation (``feedback.action_vector``)
+        and prev_reward [n]; ``switches`` exactly when ``cfg.traced_variant``."""
         cfg = self.cfg
-        chex.assert_rank(prev_action, 1)
-        chex.assert_equal_shape([prev_action, prev_reward])
+        chex.assert_rank(prev_reward, 1)
+        chex.assert_equal_shape_prefix([prev_action, prev_reward], 1)
         if cfg.use_action:
             table = self.param("action_embedding", nn.initializers.normal(1.0),
                                (cfg.n_actions, cfg.d_act))
-            f_a = switched(switches, "use_action", jax.nn.one_hot(prev_action, cfg.n_actions) @ table)
+            f_a = switched(switches, "use_action", action_vector(prev_action, cfg.n_actions) @ table)
         else:
-            f_a = jnp.zeros(prev_action.shape + (cfg.d_act,))
+            f_a = jnp.zeros(prev_reward.shape + (cfg.d_act,))
         r = prev_reward if cfg.use_reward else jnp.zeros_like(prev_reward)
         r = switched(switches, "use_reward", r)
         z = jnp.concatenate([f_a, r[:, None].astype(f_a.dtype)], axis=-1)

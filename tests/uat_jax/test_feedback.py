@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, corrupt_episode, shift
+from uat_jax.feedback import CORRUPTIONS, NO_ACTION, FeedbackChannel, action_vector, corrupt_episode, shift
 
 
 def test_shift_puts_zero_pair_first_and_drops_last():
@@ -55,3 +55,16 @@ def test_channel_validates_its_fields():
     with pytest.raises(ValueError, match="sigma"):
         FeedbackChannel.make("gaussian", -1.0)
     assert len(CORRUPTIONS) == 5
+
+
+def test_action_vector_one_hot_or_allocation():
+    """An integer action is its one-hot (NO_ACTION the zero vector); a float allocation passes as
+    it is; an allocation of the wrong width or an integer array of rank 2 is an error."""
+    np.testing.assert_array_equal(action_vector(jnp.array([2, NO_ACTION, 0]), 3),
+                                  [[0, 0, 1], [0, 0, 0], [1, 0, 0]])
+    w = jnp.array([[0.2, 0.5, 0.3], [0.0, 0.0, 0.0]])
+    assert action_vector(w, 3) is w
+    with pytest.raises(AssertionError):
+        action_vector(w, 4)
+    with pytest.raises(AssertionError):
+        action_vector(jnp.zeros((2, 3), jnp.int32), 3)

@@ -116,6 +116,13 @@ def test_utility_encoder_gates_and_regime_match_numpy(rng):
         z = np.concatenate([f_a, [prev_r[j]]])
         expected = np.maximum(z @ w1 + b1, 0) @ p["out"]["kernel"] + p["out"]["bias"]
         np.testing.assert_allclose(u[j], expected, rtol=1e-5, atol=1e-6)
+    # an allocation w fed as the action (Domain C): f_a = sum_k w_k table[k]
+    alloc = jnp.asarray(rng.dirichlet(np.ones(cfg.n_actions), size=T), jnp.float32)
+    u_alloc = np.asarray(enc.apply({"params": p}, alloc, prev_r))
+    for j in range(T):
+        z = np.concatenate([np.asarray(alloc[j]) @ np.asarray(table), [prev_r[j]]])
+        expected = np.maximum(z @ w1 + b1, 0) @ p["out"]["kernel"] + p["out"]["bias"]
+        np.testing.assert_allclose(u_alloc[j], expected, rtol=1e-5, atol=1e-6)
     # linear variant: u = W [f_a; r], no bias
     lin = UtilityEncoder(ablation(cfg, "linear"))
     pl = random_tree(lin.init, prev_a, prev_r)["params"]
@@ -155,6 +162,27 @@ def test_returns_to_go_matches_loop():
 
 
 # ---------------------------------------------------------------- causality and the shift
+
+
+@pytest.mark.parametrize("kind", ["uat", "adt", "dt"])
+def test_an_allocation_feeds_the_weighted_sum_of_its_actions(kind):
+    """An action fed as a float vector (Domain C's allocations, ``feedback.action_vector``): its
+    one-hot gives the integer action's logits, the zero vector NO_ACTION's, and an even mixture of
+    actions 0 and 1 gives logits of neither (the encoder's weighted sum is checked against numpy
+    in ``test_utility_encoder_gates_and_regime_match_numpy``)."""
+    model, params, _ = model_and_params(kind)
+    obs, actions, rewards = episode(3)
+    A = model.cfg.n_actions
+    prev_a, prev_r = shift(actions, rewards)
+    apply = jax.jit(lambda p, a: model.apply(p, obs, a, prev_r, init_cache(model.cfg))[0])
+    as_ints = apply(params, prev_a)
+    np.testing.assert_allclose(apply(params, jax.nn.one_hot(prev_a, A)), as_ints, atol=1e-6)
+    np.testing.assert_allclose(apply(params, jnp.zeros((T, A))), apply(params, jnp.full(T, -1)), atol=1e-6)
+    mixed = jnp.zeros((T, A)).at[:, 0].set(0.5).at[:, 1].set(0.5)
+    out = apply(params, mixed)
+    assert not np.allclose(out, apply(params, jnp.zeros(T, jnp.int32)), atol=1e-4)
+    assert not np.allclose(out, apply(params, jnp.ones(T, jnp.int32)), atol=1e-4)
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_parallel_pass_equals_step_by_step_inference(kind):

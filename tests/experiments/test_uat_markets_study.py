@@ -1,0 +1,148 @@
+"""Study ``uat.markets``: config validation, summary and checks on planted arrays (Sharpe per
+market against numpy), and a tiny run through the command line on the synthetic markets it writes,
+then on the same files as a user's ``data_dir``."""
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from experiments import cli, configs, seeds
+from experiments.studies.uat import markets as study
+from uat_jax import markets_data
+
+TINY_SETS = ['size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horizon": 8, "batch_size": 2, '
+             '"epochs": 2, "eval_episodes": 1, "d_u": 4}',
+             "synthetic_days=240"]
+TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "1"]
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_presets():
+    assert study.FULL.size == study.markets.TABLE3 and study.FULL.seeds == 3 and study.FULL.lr == 2e-3
+    assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL)
+    assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
+    assert study.QUICK.runs == ("uat", "vt", study.NULL)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("models", ["uat", "adt"], "models must"),
+    ("models", ["uat", "vt", "vt"], "models must"),
+    ("lr", 0.0, "lr must"),
+    ("expert_temperature", -1.0, "expert_temperature must"),
+    ("seeds", 0, "seeds must"),
+    ("stream", 2, "stream must"),
+    ("data_dir", "/no/such/folder", "is not a folder"),
+    ("synthetic_days", 100, "synthetic_days must"),
+    ("eval_batch", 0, "eval_batch must"),
+])
+def test_config_rejects_bad_values(field, value, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        configs.apply(study.QUICK, [(field, value)])
+
+
+def _arrays(cfg, returns: dict, kl: dict, gate=None):
+    """Planted arrays: two markets of 4 and 3 test windows; ``returns[model]`` [seeds, 7] and
+    ``kl[model]`` (a constant) per model; UAT's gate norm ``gate`` [7] on every seed."""
+    market = np.array([0, 0, 0, 0, 1, 1, 1])
+    windows = {m: {"return": np.asarray(returns[m], np.float64), "kl": np.full((cfg.seeds, 7), kl[m]),
+                   "gate_norm": np.tile(np.zeros(7) if gate is None else gate, (cfg.seeds, 1))}
+               for m in cfg.runs}
+    return {"windows": windows, "market": market, "posthoc": np.array([0, 1, 2, 3, 0, 0, -1]),
+            "truth": np.array([0, 0, 1, 1, 2, 2, 3]), "equal_weight": np.linspace(-0.01, 0.02, 7),
+            "constant": {"return": np.linspace(0.02, -0.01, 7), "kl": np.full(7, 0.7)},
+            "names": np.array(["AAA", "BBB"])}
+
+
+def _sharpe(r):
+    r = np.asarray(r, np.float64)
+    return np.sqrt(252) * r.mean() / r.std(ddof=1)
+
+
+def test_summary_and_checks():
+    cfg = dataclasses.replace(study.QUICK, seeds=2)
+    rng = np.random.default_rng(0)
+    base = 0.01 * rng.standard_normal((2, 7))
+    returns = {"uat": base + 0.003, "vt": base, study.NULL: base + 0.001}
+    s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, study.NULL: 0.75},
+                                     gate=np.array([1.0, 2.0, 3.0, 4.0, 3.0, 1.0, 9.0])))
+    m = s.metrics
+    for model, r in returns.items():  # Sharpe per market and seed, then mean over seeds; the markets' mean
+        per = np.array([[_sharpe(r[k, :4]), _sharpe(r[k, 4:])] for k in range(2)])
+        np.testing.assert_allclose([m[f"sharpe_{model}_AAA"], m[f"sharpe_{model}_BBB"]], per.mean(0), rtol=1e-12)
+        np.testing.assert_allclose(m[f"sharpe_{model}"], per.mean(), rtol=1e-12)
+        np.testing.assert_allclose(m[f"cagr_{model}_BBB"], np.mean([np.prod(1 + r[k, 4:]) ** (252 / 3) - 1
+                                                                    for k in range(2)]), rtol=1e-10)
+    found = {c.name: c for c in s.checks}
+    assert list(found) == ["uat_beats_vt_sharpe", "uat_beats_vt_kl", "uat_gain_needs_feedback"]
+    assert all(c.passed for c in found.values())
+    np.testing.assert_allclose(found["uat_beats_vt_sharpe"].value, m["sharpe_uat"] - m["sharpe_vt"])
+    np.testing.assert_allclose(found["uat_beats_vt_kl"].value, 0.3)
+    np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.3 - 0.05)
+    # gate per post-hoc regime: bull = windows 0, 4, 5; chop = window 3; window 6 unlabelled
+    assert m["gate_norm_uat_posthoc_bull"] == pytest.approx((1 + 3 + 1) / 3)
+    assert m["gate_norm_uat_posthoc_chop"] == pytest.approx(4.0)
+    assert m["gate_norm_uat_truth_chop"] == pytest.approx(9.0)
+    np.testing.assert_allclose(m["sharpe_equal_weight_BBB"], _sharpe(np.linspace(-0.01, 0.02, 7)[4:]))
+    np.testing.assert_allclose(m["sharpe_constant_AAA"], _sharpe(np.linspace(0.02, -0.01, 7)[:4]))
+    assert m["kl_constant"] == pytest.approx(0.7)
+    assert s.tables["table"]["market"] == ["AAA", "BBB"] * 3
+    # UAT no better than VT, and as far ahead with zero returns fed
+    bad = study.summarize(cfg, _arrays(cfg, {"uat": base, "vt": base + 0.002, study.NULL: base},
+                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5}))
+    assert not any(c.passed for c in bad.checks)
+
+
+def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
+    """A tiny run through the CLI on the synthetic markets it writes (three markets, one in the
+    AkShare layout); then the same files read as a user's ``data_dir`` give the same arrays."""
+    out = tmp_path / "synthetic_run"
+    assert cli.main(["run", "uat.markets", "--quick", *TINY, "--out", str(out)]) in (0, 1)
+    folder = out / "uat.markets"
+    result = json.loads((folder / "result.json").read_text())
+    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl",
+                                                     "uat_gain_needs_feedback"]
+    assert all(np.isfinite(c["value"]) for c in result["checks"])
+    rows = _csv(folder / "markets.csv")
+    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", study.NULL)
+                                                         for x in ("CSI300", "DJIA", "HSI")}
+    assert (folder / "markets.png").exists() and len(_csv(folder / "gates.csv")) == 3 * 4
+    assert sorted(p.name for p in (folder / "synthetic").iterdir()) == ["CSI300", "DJIA", "HSI"]
+    cfg = configs.apply(study.QUICK, [(k, json.loads(v)) for k, v in (a.split("=", 1) for a in TINY_SETS)])
+    user = dataclasses.replace(cfg, data_dir=str(folder / "synthetic"))
+    (a, truth), (b, none) = study.load_markets(cfg, tmp_path / "fresh"), study.load_markets(user, tmp_path / "unused")
+    assert [m.name for m in a] == [m.name for m in b] == ["CSI300", "DJIA", "HSI"] and none == {}
+    assert set(truth) == {"CSI300", "DJIA", "HSI"} and all(len(truth[m.name]) == len(m.dates) for m in a)
+    for x, y in zip(a, b):
+        for split in ("train", "test"):
+            np.testing.assert_array_equal(getattr(x, split).features, getattr(y, split).features)
+            np.testing.assert_array_equal(getattr(x, split).returns, getattr(y, split).returns)
+    assert not (tmp_path / "unused").exists()  # a user's folder: nothing written
+    assert markets_data.N_MAX == 45
+
+
+def test_constant_allocation_against_numpy(tmp_path):
+    """The no-history reference: the training days' mean expert allocation (softmax of (0, R) / tau
+    over cash and the active assets), its mean KL over each test window's steps and its return on
+    the window's last day, by numpy loops."""
+    sim = markets_data.simulate_market(markets_data.SyntheticSpec(n_assets=4, n_days=320, seed=3))
+    markets_data.write_market(sim, tmp_path / "M")
+    (market,) = markets_data.prepare_markets(tmp_path, window=6)
+    tau, n = 0.02, 4
+
+    def expert(r):
+        z = np.concatenate([[0.0], r[:n]]) / tau
+        p = np.exp(z - z.max())
+        return p / p.sum()
+
+    q = np.mean([expert(r) for r in market.train.returns], 0)
+    got = study.constant_allocation(market, tau)
+    W = market.test.n_windows
+    kl = [np.mean([np.sum(expert(r) * np.log(expert(r) / q)) for r in market.test.returns[w:w + 6]]) for w in range(W)]
+    np.testing.assert_allclose(got["kl"], kl, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["return"], market.test.returns[5:, :n] @ q[1:], rtol=1e-4, atol=1e-7)
