@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 KINDS = ("uat", "vt", "adt", "dt", "gtrxl")
@@ -161,6 +163,14 @@ def member(base: ModelConfig, name: str) -> ModelConfig:
     if name == "uat":
         return uat
     return dataclasses.replace(uat, kind="vt") if name == "vt" else ablation(uat, name)
+
+
+def variant_index(name: str) -> jax.Array:
+    """[] int32 index of member ``name`` of ``SWITCHED``: the ``variant`` leaf of a task pytree
+    (``train.Task``, ``recsys.RecsysTask``, ``markets.MarketsTask``) run by a ``traced_variant`` model."""
+    if name not in SWITCHED:
+        raise ValueError(f"variant must be one of {SWITCHED}, got {name!r}")
+    return jnp.asarray(SWITCHED.index(name), jnp.int32)
 
 
 def switch_table() -> np.ndarray:

@@ -52,7 +52,7 @@ import optax
 from flax import struct
 
 from uat_jax import cells
-from uat_jax.config import SWITCHED, ModelConfig
+from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import CORRUPTIONS, FeedbackChannel, FeedbackNoise, corrupt
 from uat_jax.markets_data import INDICATORS, Market
 from uat_jax.model import DecisionTransformer, init_cache, init_params
@@ -106,9 +106,7 @@ class MarketsTask:
 
     def with_variant(self, name: str) -> MarketsTask:
         """This task for member ``name`` of ``SWITCHED`` (a ``traced_variant`` model)."""
-        if name not in SWITCHED:
-            raise ValueError(f"variant must be one of {SWITCHED}, got {name!r}")
-        return self.replace(variant=jnp.asarray(SWITCHED.index(name), jnp.int32))
+        return self.replace(variant=variant_index(name))
 
 
 # ----------------------------------------------------------------------------- data

@@ -45,7 +45,7 @@ import optax
 from flax import struct
 
 from uat_jax import cells, recsys_data
-from uat_jax.config import SWITCHED, ModelConfig
+from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import NO_ACTION, FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_cache, init_params
 from uat_jax.train import CellKeys, check_optimizer_fields, cross_entropy, make_optimizer, task_model
@@ -91,9 +91,7 @@ class RecsysTask:
 
     def with_variant(self, name: str) -> RecsysTask:
         """This task for member ``name`` of ``SWITCHED`` (a ``traced_variant`` model)."""
-        if name not in SWITCHED:
-            raise ValueError(f"variant must be one of {SWITCHED}, got {name!r}")
-        return self.replace(variant=jnp.asarray(SWITCHED.index(name), jnp.int32))
+        return self.replace(variant=variant_index(name))
 
 
 def data_arrays(data: recsys_data.RecsysData) -> dict:

@@ -40,7 +40,7 @@ import optax
 from flax import struct, traverse_util
 
 from uat_jax import domains
-from uat_jax.config import SWITCHED, ModelConfig
+from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer, init_params, sequence_logits
 from uat_jax.rollout import Trajectory, rollout
@@ -104,9 +104,7 @@ class Task:
 
     def with_variant(self, name: str) -> Task:
         """This task for member ``name`` of ``SWITCHED`` (a ``traced_variant`` model)."""
-        if name not in SWITCHED:
-            raise ValueError(f"variant must be one of {SWITCHED}, got {name!r}")
-        return self.replace(variant=jnp.asarray(SWITCHED.index(name), jnp.int32))
+        return self.replace(variant=variant_index(name))
 
 
 @struct.dataclass

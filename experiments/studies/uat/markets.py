@@ -36,7 +36,10 @@ Checks, and how each could fail:
 
 Reported, not checked: the regime gate ||rho_{T-1}||_2 of UAT per post-hoc regime of the
 window's last day (bull, bear, shock, chop; the paper's order on HSI: shock > bear > bull >
-chop), the Sharpe ratio and CAGR of every model per market, and of the equal-weight portfolio.
+chop), the Sharpe ratio and CAGR of every model per market, and of two references: the
+equal-weight portfolio and the constant allocation (:func:`constant_allocation`). Departure:
+the paper trains a separate HSI-only UAT for its gate figure; here the pooled model's gates are
+read on every market's test windows, with no further training.
 
 Quick size: see ``QUICK`` below (screened on stream 1, disjoint from the judged stream 0).
 """
