@@ -139,10 +139,10 @@ def data_arrays(markets: tuple[Market, ...], horizon: int) -> dict:
     if windows != {horizon}:
         raise ValueError(f"the markets were prepared with window {sorted(windows)}, the model's horizon is {horizon}: "
                          "prepare them with window = model horizon")
-    windows = [len(m.test.dates) - m.test.window + 1 for m in markets]
+    counts = [m.test.n_windows for m in markets]
     return {"train": split_arrays(markets, "train"), "test": split_arrays(markets, "test"),
-            "test_market": np.repeat(np.arange(len(markets), dtype=np.int32), windows),
-            "test_start": np.concatenate([np.arange(w, dtype=np.int32) for w in windows])}
+            "test_market": np.repeat(np.arange(len(markets), dtype=np.int32), counts),
+            "test_start": np.concatenate([np.arange(w, dtype=np.int32) for w in counts])}
 
 
 def gather_window(split: dict, market: jax.Array, start: jax.Array, horizon: int):

@@ -120,7 +120,9 @@ FULL = MarketsStudyConfig()
 # -0.021, -0.013; uat_beats_vt_kl +0.004, +0.002, -0.002; uat_gain_needs_feedback +0.004, -0.001, +0.001):
 # every model sits near the no-history constant allocation, and the synthetic regimes give a model little to
 # learn (docs/uat.md §20: knowing the true regime lowers the expert KL by at most 0.02). Kept: 100 epochs, the
-# cheapest. Judged run (stream 0): see the README; its verdicts are within this noise.
+# cheapest. The judged run that followed (stream 0), 1 of 3 within this noise: uat_beats_vt_sharpe -0.011
+# FAILS, uat_beats_vt_kl +0.005 passes (UAT 0.7206, VT 0.7257; the constant allocation 0.683),
+# uat_gain_needs_feedback -0.002 FAILS (UAT fed null returns 0.7186).
 QUICK = MarketsStudyConfig(
     size=cells.Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=30, batch_size=16, epochs=100,
                     eval_episodes=1, d_u=16, ema_decay=0.9, dropout=0.05),
