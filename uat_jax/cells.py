@@ -26,11 +26,13 @@ import numpy as np
 
 from uat_jax import domains
 from uat_jax.config import ModelConfig, ablation
-from uat_jax.train import CellKeys, Task, TrainConfig, default_env, make_train
+from uat_jax.feedback import shift
+from uat_jax.model import regime_gate_norms
+from uat_jax.train import CellKeys, Task, TrainConfig, default_env, evaluation_rollout, make_train, task_model
 from uat_jax.tta import CottaConfig, TentConfig, make_tta_evaluate
 
-__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_adapt_cell", "make_cell", "mean_std", "split_cells",
-           "stack_tasks"]
+__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_adapt_cell", "make_cell", "make_gate_cell", "mean_std",
+           "split_cells", "stack_tasks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,25 @@ def make_adapt_cell(cfg: TrainConfig, methods: dict[str, TentConfig | CottaConfi
             metrics = evaluate(item["params"], keys.eval, item["task"], keys.run, env)
             out.update({f"{metric}_{name}": value for metric, value in metrics.items()})
         return out
+
+    return cell
+
+
+def make_gate_cell(cfg: TrainConfig):
+    """``cell(item, env=None) -> {"gate", "correct", <the domain's record>: [eval_episodes, T]}``: the
+    regime-gate norm ||rho_t|| (``model.regime_gate_norms``; 0 for a model without the gate) and
+    whether the action matched the expert's, at every step of the evaluation episodes that
+    :func:`make_cell` played with the trained ``item["params"]`` (the cell's run and evaluation
+    keys, ``train.CellKeys``), beside the domain's per-step record (sepsis: regime, switched)."""
+
+    def cell(item: dict, env=None) -> dict:
+        keys = CellKeys.of(jax.random.wrap_key_data(item["key"]))
+        params, task = item["params"], item["task"]
+        traj = evaluation_rollout(cfg, params, keys.eval, task, keys.run, env)
+        model = task_model(cfg.model, task)
+        gate = jax.vmap(lambda o, a, r: regime_gate_norms(model, params, o, *shift(a, r)))(
+            traj.obs, traj.actions, traj.fed_rewards)
+        return {"gate": gate, "correct": traj.actions == traj.expert, **traj.record}
 
     return cell
 

@@ -21,7 +21,8 @@ argument (``experiments.sweep.sweep_map(shared=...)``).
   (``state``) and from its ``info``. DarkRoom: the Manhattan distance to the goal and
   whether the step reached it; sepsis: the regime acting and whether it switched at this
   step.
-- ``metrics(traj)``: the Appendix C.3 metrics over a batch of episodes (``uat_jax.rollout``).
+- ``metrics(traj)``: the Appendix C.3 metrics over a batch of episodes (``uat_jax.rollout``);
+  sepsis adds the recovery curve of Figure 4, ``recovery`` [RECOVERY_STEPS].
 - ``settings_metrics(settings, env)``: what a study reports of the training episodes' settings
   (DarkRoom: ``distinct_goals``, the cells that were a goal; sepsis: nothing).
 - ``default_env(grid_size, horizon)``: the environment when none is given (DarkRoom's grid), or
@@ -35,11 +36,14 @@ from collections.abc import Callable
 import jax.numpy as jnp
 
 from uat_jax import darkroom, sepsis
-from uat_jax.rollout import accuracy, efficiency, post_shift_accuracy, regime_accuracy
+from uat_jax.rollout import accuracy, efficiency, post_shift_accuracy, recovery_curve, regime_accuracy
 from uat_jax.schedules import distinct_goals, goal_at
 
 POST_SHIFT_STEPS = 5
 """C.3 post-shift accuracy: the first 5 steps after each regime switch."""
+RECOVERY_STEPS = 8
+"""Length of the sepsis recovery curve (Figure 4): sepsis's default shortest segment, so each
+switch adds one step to every point of the curve."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,7 @@ def _darkroom_metrics(traj) -> dict:
 def _sepsis_metrics(traj) -> dict:
     per_regime = regime_accuracy(traj, len(sepsis.REGIMES))
     return {"accuracy": accuracy(traj), "post_shift_accuracy": post_shift_accuracy(traj, POST_SHIFT_STEPS),
+            "recovery": recovery_curve(traj, RECOVERY_STEPS),
             **{f"accuracy_{name}": per_regime[k] for k, name in enumerate(sepsis.REGIMES)}}
 
 

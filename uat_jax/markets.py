@@ -55,7 +55,7 @@ from uat_jax import cells
 from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import CORRUPTIONS, FeedbackChannel, FeedbackNoise, corrupt
 from uat_jax.markets_data import INDICATORS, Market
-from uat_jax.model import DecisionTransformer, init_cache, init_params
+from uat_jax.model import DecisionTransformer, init_cache, init_params, regime_gate_norms
 from uat_jax.train import CellKeys, check_optimizer_fields, make_optimizer, task_model
 
 TRADING_DAYS = 252
@@ -258,16 +258,6 @@ def window_logits(model: DecisionTransformer, params, obs, prev_w, prev_r, dropo
     logits, _ = model.apply(params, obs, prev_w, prev_r, init_cache(model.cfg), deterministic=dropout_key is None,
                             rngs=rngs)
     return logits
-
-
-def regime_gate_norms(model: DecisionTransformer, params, obs, prev_w, prev_r) -> jax.Array:
-    """||rho_t||_2 [T] over heads and head dimensions of the parallel pass (Figure 3 right);
-    zeros for a model without the Q-pathway regime gate."""
-    if not (model.cfg.has_utility and model.cfg.modulate_q):
-        return jnp.zeros(obs.shape[0])
-    _, state = model.apply(params, obs, prev_w, prev_r, init_cache(model.cfg), mutable=["intermediates"])
-    (rho,) = state["intermediates"]["regime_gate"]
-    return jnp.sqrt(jnp.sum(rho**2, axis=(-2, -1)))
 
 
 # ------------------------------------------------------------------ train and evaluate

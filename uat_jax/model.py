@@ -131,7 +131,7 @@ class DecisionTransformer(nn.Module):
             if cfg.modulate_q:
                 ubar = regime_state(u_steps, cache.regime, cfg.ema_decay)
                 rho = GateReadout(cfg.n_heads, cfg.d_head, name="regime_readout")(switched(sw, "modulate_q", ubar))
-                self.sow("intermediates", "regime_gate", rho)  # [n, H, d_m] (Figure 3 right; uat_jax.markets)
+                self.sow("intermediates", "regime_gate", rho)  # [n, H, d_m] (Figure 3 right; regime_gate_norms)
                 regime = ubar[-1]
             if cfg.modulate_kv:
                 u = switched(sw, "modulate_kv", u_steps)
@@ -186,6 +186,18 @@ def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions:
     logits, _ = model.apply(params, obs, prev_action, prev_reward, init_cache(model.cfg),
                             deterministic=dropout_key is None, rngs=rngs)
     return logits
+
+
+def regime_gate_norms(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,
+                      prev_reward: jax.Array) -> jax.Array:
+    """||rho_t||_2 [T] over heads and head dimensions of the regime gate in the parallel pass over
+    one episode with the fed (already shifted) pairs as given (Figure 3 right); zeros for a model
+    without the Q-pathway regime gate (a traced union run as such a member gives zeros itself)."""
+    if not (model.cfg.has_utility and model.cfg.modulate_q):
+        return jnp.zeros(obs.shape[0])
+    _, state = model.apply(params, obs, prev_action, prev_reward, init_cache(model.cfg), mutable=["intermediates"])
+    (rho,) = state["intermediates"]["regime_gate"]
+    return jnp.sqrt(jnp.sum(rho**2, axis=(-2, -1)))
 
 
 # The parameters whose static initialisation in a member differs from the union's: Flax numbers the random

@@ -13,7 +13,8 @@ d*), d* the start-goal Manhattan distance and t_goal the number of steps taken w
 agent first stands on the goal (T if never). Per-regime accuracy (sepsis) averages over
 the steps acted under each regime; post-shift accuracy over the first ``window`` steps
 of every segment after the first (the step a switch takes effect and the ``window - 1``
-after it; the C.3 "first 5 steps after each switch").
+after it; the C.3 "first 5 steps after each switch"); the recovery curve (Figure 4) is the
+accuracy k = 0, 1, ... steps after the latest switch.
 """
 from __future__ import annotations
 
@@ -119,3 +120,20 @@ def post_shift_mask(switched: jax.Array, window: int) -> jax.Array:
 def post_shift_accuracy(traj: Trajectory, window: int) -> jax.Array:
     """Accuracy over the first ``window`` steps after each regime switch (C.3)."""
     return masked_accuracy(traj, post_shift_mask(traj.record["switched"], window))
+
+
+def steps_since_switch(switched: jax.Array) -> jax.Array:
+    """[..., T] int32: t minus the step of the latest switch at or before t (0 at a switch
+    step); -1 before the first switch (last axis = time)."""
+    t = jnp.arange(switched.shape[-1])
+    latest = jax.lax.cummax(jnp.where(switched, t, -1), axis=switched.ndim - 1)
+    return jnp.where(latest >= 0, t - latest, -1)
+
+
+def recovery_curve(traj: Trajectory, window: int) -> jax.Array:
+    """[window] accuracy k = 0 .. window - 1 steps after the latest regime switch (Figure 4's
+    post-shift recovery; NaN at a k no step reaches). Where every segment lasts at least
+    ``window`` steps each switch adds one step to every k, so the mean of the first 5 entries
+    is :func:`post_shift_accuracy` at window 5."""
+    since = steps_since_switch(traj.record["switched"])
+    return jax.vmap(lambda k: masked_accuracy(traj, since == k))(jnp.arange(window))

@@ -396,6 +396,15 @@ class EnvParams:
     min_segment_len: int = struct.field(pytree_node=False, default=8)
 
 
+def check_schedule(horizon: int, min_segments: int = 4, max_segments: int = 6, min_segment_len: int = 8) -> None:
+    """Raise unless an episode of ``horizon`` steps can hold ``max_segments`` regime segments of at
+    least ``min_segment_len`` steps (defaults: ``EnvParams``'s)."""
+    if not 1 <= min_segments <= max_segments:
+        raise ValueError(f"need 1 <= min_segments <= max_segments, got {min_segments}, {max_segments}")
+    if min_segment_len < 1 or horizon < max_segments * min_segment_len:
+        raise ValueError(f"horizon {horizon} cannot hold {max_segments} segments of min_segment_len {min_segment_len}")
+
+
 def make_params(tables: SepsisTables | None = None, **knobs) -> EnvParams:
     """EnvParams over ``tables`` (default: the package's, ``load_tables()``), with checks."""
     tables = load_tables() if tables is None else tables
@@ -404,11 +413,7 @@ def make_params(tables: SepsisTables | None = None, **knobs) -> EnvParams:
         raise ValueError(f"obs_dim {params.obs_dim} != the tables' {tables.obs.shape[1]} components")
     if params.n_clusters != tables.members.shape[0]:
         raise ValueError(f"n_clusters {params.n_clusters} != the tables' {tables.members.shape[0]} clusters")
-    if not 1 <= params.min_segments <= params.max_segments:
-        raise ValueError(f"need 1 <= min_segments <= max_segments, got {params.min_segments}, {params.max_segments}")
-    if params.min_segment_len < 1 or params.horizon < params.max_segments * params.min_segment_len:
-        raise ValueError(f"horizon {params.horizon} cannot hold {params.max_segments} segments of "
-                         f"min_segment_len {params.min_segment_len}")
+    check_schedule(params.horizon, params.min_segments, params.max_segments, params.min_segment_len)
     eff = np.asarray(params.efficacy)
     if eff.shape != (len(REGIMES), N_COMBOS) or np.abs(eff).max() > 1:
         raise ValueError(f"efficacy must be [3, 25] in [-1, 1], got shape {eff.shape}")

@@ -186,18 +186,23 @@ def task_model(cfg: ModelConfig, task: Task) -> DecisionTransformer:
     return DecisionTransformer(cfg, variant=task.variant)
 
 
+def evaluation_rollout(cfg: TrainConfig, params, key: jax.Array, task: Task, run_key: jax.Array,
+                       env=None) -> Trajectory:
+    """Greedy causal inference of ``params`` on the ``eval_episodes`` episodes of the run
+    ``run_key`` that follow training, episode ``b`` played from split ``b`` of ``key``."""
+    model = task_model(cfg.model, task)
+    settings = episode_settings(cfg, task, run_key, eval_episodes(cfg), env)
+    return batch_rollout(cfg, model, params, jax.random.split(key, settings.shape[0]), task.channel, settings,
+                         greedy=True, env=env)
+
+
 def make_evaluate(cfg: TrainConfig):
     """``evaluate(params, key, task, run_key, env=None) -> metrics``: the domain's metrics
-    (``uat_jax.domains``) of greedy causal inference on the ``eval_episodes`` episodes of
-    the run ``run_key`` that follow training."""
+    (``uat_jax.domains``) of :func:`evaluation_rollout`."""
     domain = domains.get(cfg.domain)
 
     def evaluate(params, key, task: Task, run_key, env=None) -> dict:
-        model = task_model(cfg.model, task)
-        settings = episode_settings(cfg, task, run_key, eval_episodes(cfg), env)
-        traj = batch_rollout(cfg, model, params, jax.random.split(key, settings.shape[0]), task.channel, settings,
-                             greedy=True, env=env)
-        return domain.metrics(traj)
+        return domain.metrics(evaluation_rollout(cfg, params, key, task, run_key, env))
 
     return evaluate
 

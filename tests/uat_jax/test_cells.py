@@ -1,5 +1,6 @@
 """Training cells: the Size presets, task stacking, the task x seed grid layout, seed statistics."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -73,3 +74,39 @@ def test_adapt_cell_without_adaptation_replays_the_cells_own_evaluation():
         np.testing.assert_array_equal(adapted[f"accuracy_{m}"], trained["accuracy"])
         np.testing.assert_array_equal(adapted[f"efficiency_{m}"], trained["efficiency"])
     assert "params" not in cells.make_cell(cfg)(jax.tree.map(lambda x: x[0], items))
+
+
+def test_gate_cell_replays_the_cells_evaluation_on_sepsis():
+    """The gate cell plays the episodes the cell's evaluation played (CellKeys): its per-step hits average to
+    the reported accuracy and post-shift accuracy; ||rho|| is 0 for the VT member of the same union parameters
+    and positive for UAT (its values are tests/uat_jax/test_model.py's)."""
+    from tests.uat_jax.test_model import random_tree
+    from uat_jax import sepsis
+    from uat_jax.model import DecisionTransformer, init_cache
+    from uat_jax.rollout import post_shift_mask
+    from uat_jax.train import CellKeys, make_evaluate
+
+    size = cells.Size(d_model=8, n_heads=2, d_ff=8, n_layers=1, horizon=8, batch_size=2, epochs=1, eval_episodes=3)
+    cfg = size.train_config(traced_variant=True, domain="sepsis")
+    env = sepsis.make_params(horizon=8, min_segments=2, max_segments=2, min_segment_len=4)
+    model = DecisionTransformer(cfg.model, variant=jnp.int32(0))
+    T = cfg.model.horizon
+    params = random_tree(model.init, jnp.zeros((T, cfg.model.obs_dim)), jnp.zeros(T, jnp.int32), jnp.zeros(T),
+                         init_cache(cfg.model), seed=2)
+    key = jax.random.key(3)
+    keys = CellKeys.of(key)
+    gate_cell, evaluate = jax.jit(cells.make_gate_cell(cfg)), jax.jit(make_evaluate(cfg))
+    for member in ("uat", "vt"):
+        task = Task.make("gradual", variant=member)
+        out = gate_cell({"key": jax.random.key_data(key), "task": task, "params": params}, env)
+        want = evaluate(params, keys.eval, task, keys.run, env)
+        correct = np.asarray(out["correct"])
+        assert correct.shape == np.asarray(out["gate"]).shape == (3, T)
+        assert correct.mean() == pytest.approx(float(want["accuracy"]), abs=1e-6)
+        mask = np.asarray(post_shift_mask(out["switched"], 5))
+        assert correct[mask].mean() == pytest.approx(float(want["post_shift_accuracy"]), abs=1e-6)
+        assert np.asarray(out["switched"]).sum(1).tolist() == [1, 1, 1]  # two segments per episode
+        if member == "vt":
+            np.testing.assert_array_equal(out["gate"], np.zeros((3, T)))
+        else:
+            assert np.all(np.asarray(out["gate"]) > 0)

@@ -11,7 +11,8 @@ from uat_jax import domains, sepsis
 from uat_jax.cells import Size
 from uat_jax.feedback import FeedbackChannel
 from uat_jax.model import DecisionTransformer
-from uat_jax.rollout import Trajectory, efficiency, post_shift_accuracy, post_shift_mask, regime_accuracy, rollout
+from uat_jax.rollout import (Trajectory, efficiency, post_shift_accuracy, post_shift_mask, recovery_curve,
+                             regime_accuracy, rollout, steps_since_switch)
 from uat_jax.train import Task, TrainConfig, default_env, make_evaluate
 
 
@@ -53,6 +54,36 @@ def test_regime_and_post_shift_accuracy_match_numpy_loops(rng):
     metrics = domains.SEPSIS.metrics(traj)
     assert metrics["accuracy_vasopressor_dependent"] == pytest.approx(want[1], rel=1e-6)
     assert metrics["accuracy"] == pytest.approx(hits.mean(), rel=1e-6)
+
+
+def np_since_switch(switched):
+    out = np.full(switched.shape, -1)
+    for b in range(switched.shape[0]):
+        last = -1
+        for t in range(switched.shape[1]):
+            last = t if switched[b, t] else last
+            out[b, t] = t - last if last >= 0 else -1
+    return out
+
+
+def test_recovery_curve_matches_a_numpy_loop_and_averages_to_post_shift_accuracy(rng):
+    hand = np.zeros((1, 10), bool)
+    hand[0, [2, 7]] = True
+    assert np.asarray(steps_since_switch(jnp.asarray(hand)))[0].tolist() == [-1, -1, 0, 1, 2, 3, 4, 0, 1, 2]
+    B, T = 6, 40
+    switched = rng.random((B, T)) < 0.2
+    np.testing.assert_array_equal(steps_since_switch(jnp.asarray(switched)), np_since_switch(switched))
+    actions, expert = rng.integers(0, 3, (B, T)), rng.integers(0, 3, (B, T))
+    traj = traj_of(actions, expert, {"regime": np.zeros((B, T), int), "switched": switched})
+    since, hits = np_since_switch(switched), actions == expert
+    want = [hits[since == k].mean() if (since == k).any() else np.nan for k in range(8)]
+    np.testing.assert_allclose(recovery_curve(traj, 8), want, rtol=1e-6)
+    # segments of >= 8 steps: every switch adds one step to each k, so the first 5 points average to C.3's metric
+    spaced = np.zeros((B, T), bool)
+    spaced[:, [5, 13, 30]] = True
+    traj = traj_of(actions, expert, {"regime": np.zeros((B, T), int), "switched": spaced})
+    assert float(np.mean(recovery_curve(traj, 8)[:5])) == pytest.approx(float(post_shift_accuracy(traj, 5)), rel=1e-6)
+    assert np.asarray(domains.SEPSIS.metrics(traj)["recovery"]).shape == (domains.RECOVERY_STEPS,)
 
 
 def test_sepsis_rollout_records_the_schedule_and_labels_the_regime_expert(rng):

@@ -13,7 +13,7 @@ from uat_jax.attention import FeedbackAttention, empty_kv
 from uat_jax.config import ABLATIONS, KINDS, ablation
 from uat_jax.feedback import shift
 from uat_jax.gtrxl import GRUGate
-from uat_jax.model import DecisionTransformer, init_cache, returns_to_go, sequence_logits
+from uat_jax.model import DecisionTransformer, init_cache, regime_gate_norms, returns_to_go, sequence_logits
 from uat_jax.theory import backbone_params, zero_gates
 from uat_jax.utility import GateReadout, UtilityEncoder, regime_state
 
@@ -304,3 +304,23 @@ def test_gradients_reach_the_gates_from_zero_initialisation():
     assert norm("local_gate") > 1e-6 and norm("regime_readout") > 1e-6
     for silent in ("W_Q_u", "W_K_u", "W_V_u", "U_Q", "U_K", "U_V", "utility_encoder"):
         assert norm(silent) == 0.0, silent
+
+
+def test_regime_gate_norms_match_the_encoder_ema_and_readout_by_hand():
+    """||rho_t|| = || tanh(W ubar_t) || with ubar_t the EMA (from 0) of the encoder's u over the fed pairs: the
+    norm over heads and head dimensions of the parallel pass; 0 for a model without the regime gate."""
+    model, params, _ = model_and_params("uat")
+    obs, actions, rewards = episode(7)
+    prev_a, prev_r = shift(actions, rewards)
+    norms = np.asarray(regime_gate_norms(model, params, obs, prev_a, prev_r))
+    p = params["params"]
+    u = np.asarray(UtilityEncoder(model.cfg).apply({"params": p["utility_encoder"]}, prev_a, prev_r))
+    lam, ubar, want = model.cfg.ema_decay, np.zeros(model.cfg.d_u), []
+    w = np.asarray(p["regime_readout"]["W"])
+    for t in range(T):
+        ubar = lam * ubar + (1 - lam) * u[t]
+        want.append(np.sqrt(np.sum(np.tanh(np.einsum("hmk,k->hm", w, ubar)) ** 2)))
+    np.testing.assert_allclose(norms, want, rtol=1e-5)
+    assert norms.shape == (T,) and np.all(norms > 0)
+    vt, vt_params, _ = model_and_params("vt")
+    np.testing.assert_array_equal(regime_gate_norms(vt, vt_params, obs, prev_a, prev_r), np.zeros(T))

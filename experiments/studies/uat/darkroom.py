@@ -48,11 +48,10 @@ import dataclasses
 import jax
 import numpy as np
 
-from experiments import checks, io, seeds
+from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import keep_cells, train_models
+from experiments.studies.uat.training import check_models_and_adaptation, keep_cells, train_models
 from uat_jax import cells, tta
-from uat_jax.config import KINDS
 from uat_jax.schedules import SCHEDULES
 from uat_jax.train import Task
 
@@ -83,18 +82,9 @@ class DarkroomConfig:
     adapt_batch: int = 16  # evaluation episodes per adaptation step (a divisor of size.eval_episodes)
 
     def __post_init__(self):
-        if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        seeds.check_stream(self.stream)
-        if not set(CHECKED) <= set(self.models) <= set(KINDS) or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models must be distinct names from {KINDS} including {CHECKED}, got {self.models}")
+        check_models_and_adaptation(self, CHECKED)
         if not self.schedules or not set(self.schedules) <= set(SCHEDULES) or len(set(self.schedules)) != len(self.schedules):
             raise ValueError(f"schedules must be distinct names from {SCHEDULES}, got {self.schedules}")
-        if not set(self.adapt) <= set(ADAPTATION) or len(set(self.adapt)) != len(self.adapt):
-            raise ValueError(f"adapt must be distinct names from {tuple(ADAPTATION)}, got {self.adapt}")
-        if not (self.adapt_batch >= 1 and self.size.eval_episodes % self.adapt_batch == 0):
-            raise ValueError(f"adapt_batch must be a divisor of size.eval_episodes={self.size.eval_episodes}, "
-                             f"got {self.adapt_batch}")
 
     @property
     def rows(self) -> tuple[str, ...]:

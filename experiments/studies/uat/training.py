@@ -30,10 +30,25 @@ import numpy as np
 from experiments import models, seeds
 from experiments.io import jsonable
 from experiments.registry import RunContext
-from uat_jax import cells
+from uat_jax import cells, tta
 from uat_jax.config import KINDS, SWITCHED
 from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import Task
+
+
+def check_models_and_adaptation(cfg, required: tuple[str, ...]) -> None:
+    """Validate a study config's ``seeds``, ``stream``, ``models`` (distinct kinds including ``required``),
+    ``adapt`` (distinct ``uat_jax.tta`` methods) and ``adapt_batch`` (a divisor of ``size.eval_episodes``)."""
+    if cfg.seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
+    seeds.check_stream(cfg.stream)
+    if not set(required) <= set(cfg.models) <= set(KINDS) or len(set(cfg.models)) != len(cfg.models):
+        raise ValueError(f"models must be distinct names from {KINDS} including {required}, got {cfg.models}")
+    if not set(cfg.adapt) <= set(tta.METHODS) or len(set(cfg.adapt)) != len(cfg.adapt):
+        raise ValueError(f"adapt must be distinct names from {tuple(tta.METHODS)}, got {cfg.adapt}")
+    if not (cfg.adapt_batch >= 1 and cfg.size.eval_episodes % cfg.adapt_batch == 0):
+        raise ValueError(f"adapt_batch must be a divisor of size.eval_episodes={cfg.size.eval_episodes}, "
+                         f"got {cfg.adapt_batch}")
 
 
 def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
@@ -49,15 +64,22 @@ def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels:
     return grid if params is None else {**grid, "params": params}
 
 
+def replay_grid(ctx: RunContext, name: str, cell, params, tasks: list[Task], labels: list[str], num_seeds: int,
+                stream: int, env=None) -> dict:
+    """``cell(item, env)`` (``uat_jax.cells.make_adapt_cell``, ``make_gate_cell``) on trained cells
+    ``params`` (flat over ``tasks`` x seeds, as :func:`train_grid` keeps them), each item holding the
+    key and task the cell trained from, in one checkpointed program: outputs [tasks, seeds, ...]."""
+    items = {**cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)), "params": params}
+    out = seeds.train_grid(ctx, name, cell, items, labels=labels, num_seeds=num_seeds, shared=env)
+    return cells.split_cells(out, len(tasks))
+
+
 def adapt_grid(ctx: RunContext, name: str, train_cfg, params, tasks: list[Task], labels: list[str],
                num_seeds: int, stream: int, methods: dict, env=None) -> dict[str, dict]:
-    """Each test-time adaptation method of ``methods`` on the Vanilla-TF cells ``params`` (flat over
-    ``tasks`` x seeds, as :func:`train_grid` keeps them) in one checkpointed program:
-    ``{method: {<the domain's metrics>: [tasks, seeds]}}``."""
-    items = {**cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)), "params": params}
-    out = seeds.train_grid(ctx, name, cells.make_adapt_cell(train_cfg, methods), items,
-                           labels=labels, num_seeds=num_seeds, shared=env)
-    grid = cells.split_cells(out, len(tasks))
+    """Each test-time adaptation method of ``methods`` on the Vanilla-TF cells ``params`` in one
+    program (:func:`replay_grid`): ``{method: {<the domain's metrics>: [tasks, seeds]}}``."""
+    grid = replay_grid(ctx, name, cells.make_adapt_cell(train_cfg, methods), params, tasks, labels, num_seeds,
+                       stream, env)
     return {m: {k.removesuffix(f"_{m}"): v for k, v in grid.items() if k.endswith(f"_{m}")} for m in methods}
 
 

@@ -1,0 +1,139 @@
+"""Study ``uat.sepsis``: presets, config validation, the summary and checks on planted arrays
+(gate means against numpy loops), and the command line run end to end on planted training
+outputs (the training programs are ``uat_jax``'s, tested there; a real quick run is `make run`)."""
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from experiments import cli, configs, seeds
+from experiments.studies.uat import sepsis as study
+from uat_jax import domains
+
+REGIMES = ("fluid_responsive", "vasopressor_dependent", "conservative")
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_presets():
+    assert study.FULL.size.horizon == 90 and study.FULL.size.dropout == 0.2 and study.FULL.size.ema_decay == 0.8
+    assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
+    assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
+    assert study.FULL.rows == (*study.MODELS, "tent", "cotta")
+    assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("models", ["uat", "vt", "dt"], "models must"),
+    ("models", ["uat", "vt", "adt", "adt"], "models must"),
+    ("adapt", ["tent", "bn"], "adapt must"),
+    ("adapt_batch", 5, "adapt_batch must"),
+    ("seeds", 0, "seeds must"),
+    ("stream", 2, "stream must"),
+    ("size.horizon", 40, "horizon 40 cannot hold 6 segments"),
+])
+def test_config_rejects_bad_values(field, value, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        configs.apply(study.QUICK, [(field, value)])
+
+
+def _gate(seeds_, episodes=2, T=20):
+    """UAT's replay: switches at steps 6 and 13 of every episode (regimes 0, 1, 2 then), ||rho_t|| = t / 10."""
+    switched = np.zeros((seeds_, episodes, T), bool)
+    switched[..., [6, 13]] = True
+    regime = np.zeros((seeds_, episodes, T), int)
+    regime[..., 6:13], regime[..., 13:] = 1, 2
+    gate = np.broadcast_to(np.arange(T) / 10.0, (seeds_, episodes, T)).copy()
+    return {"gate": gate, "correct": np.ones((seeds_, episodes, T), bool), "regime": regime, "switched": switched}
+
+
+def _arrays(cfg, acc: dict, post: dict):
+    metrics = {}
+    for m in cfg.rows:
+        metrics[m] = {"accuracy": np.asarray(acc[m], float), "post_shift_accuracy": np.asarray(post[m], float),
+                      "recovery": np.tile(np.linspace(0.2, 0.9, domains.RECOVERY_STEPS), (cfg.seeds, 1)),
+                      **{f"accuracy_{r}": np.full(cfg.seeds, 0.1 * (k + 1)) for k, r in enumerate(REGIMES)}}
+    curves = {m: {"loss": np.ones((cfg.seeds, 3)), "train_accuracy": np.zeros((cfg.seeds, 3))} for m in cfg.models}
+    return {"metrics": metrics, "curves": curves, "gate": _gate(cfg.seeds)}
+
+
+PASSING = ({"uat": [0.8, 0.7], "vt": [0.6, 0.6], "adt": [0.7, 0.7], "dt": [0.6, 0.7], "tent": [0.6, 0.6],
+            "cotta": [0.6, 0.5]},
+           {"uat": [0.6, 0.5], "vt": [0.4, 0.4], "adt": [0.5, 0.5], "dt": [0.45, 0.5], "tent": [0.4, 0.45],
+            "cotta": [0.4, 0.4]})
+
+
+def test_summary_metrics_and_checks_on_planted_arrays():
+    cfg = dataclasses.replace(study.QUICK, seeds=2, models=("uat", "vt", "adt", "dt"))
+    acc, post = PASSING
+    s = study.summarize(cfg, _arrays(cfg, acc, post))
+    m = s.metrics
+    assert m["acc_uat"] == pytest.approx(0.75) and m["acc_uat_std"] == pytest.approx(0.05)
+    assert m["post_tent"] == pytest.approx(0.425) and m["acc_dt_conservative"] == pytest.approx(0.3)
+    checks = {c.name: c for c in s.checks}
+    assert checks["uat_beats_vt_post_shift"].value == pytest.approx(0.55 - 0.4)
+    assert checks["uat_beats_input_level_post_shift"].value == pytest.approx(0.55 - 0.5)  # A-DT, the better
+    assert checks["uat_beats_tta_post_shift"].value == pytest.approx(0.55 - 0.425)  # TENT, the better
+    assert checks["uat_beats_vt_overall"].value == pytest.approx(0.75 - 0.6)
+    assert all(c.passed for c in s.checks)
+    assert checks["uat_beats_input_level_post_shift"].paper == pytest.approx(0.599 - 0.442)
+    # gate means by numpy: ||rho_t|| = t / 10 with regimes on steps 0-5, 6-12, 13-19; post-shift steps 6-10, 13-17
+    t = np.arange(20) / 10.0
+    assert m["gate_fluid_responsive"] == pytest.approx(t[:6].mean())
+    assert m["gate_conservative"] == pytest.approx(t[13:].mean())
+    assert m["gate_post_shift"] == pytest.approx(np.concatenate([t[6:11], t[13:18]]).mean())
+    assert m["gate_settled"] == pytest.approx(np.concatenate([t[11:13], t[18:]]).mean())
+    assert s.tables["table"]["model"] == list(cfg.rows)
+    assert s.tables["recovery"]["steps_after_switch"][:3] == [0, 1, 2]
+    # UAT below DT-style after a switch fails the input-level check, and only it
+    post_dt_wins = {**post, "dt": [0.7, 0.7]}
+    s = study.summarize(cfg, _arrays(cfg, acc, post_dt_wins))
+    assert [c.name for c in s.checks if not c.passed] == ["uat_beats_input_level_post_shift"]
+    # without DT-style (the quick preset) the input-level check reads A-DT alone
+    quick = dataclasses.replace(study.QUICK, seeds=2)
+    s = study.summarize(quick, _arrays(quick, acc, post_dt_wins))
+    assert {c.name: c.value for c in s.checks}["uat_beats_input_level_post_shift"] == pytest.approx(0.55 - 0.5)
+    no_tta = dataclasses.replace(quick, adapt=())
+    assert "uat_beats_tta_post_shift" not in [c.name for c in study.summarize(no_tta, _arrays(no_tta, acc, post)).checks]
+
+
+def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
+    """compute's glue (the kept UAT cells to the gate replay, the task axis dropped) and the files written."""
+    calls = {}
+
+    def fake_train_models(ctx, name, size, runs, labels, num_seeds, stream, adapt=None, domain="darkroom", env=None,
+                          keep=()):
+        calls["train"] = (name, domain, sorted(runs), sorted(adapt), keep, env.horizon)
+        acc, post = PASSING
+        out = {}
+        for m in (*runs, *adapt):
+            out[m] = {"accuracy": np.asarray([acc[m]]), "post_shift_accuracy": np.asarray([post[m]]),
+                      "recovery": np.full((1, num_seeds, domains.RECOVERY_STEPS), 0.5),
+                      **{f"accuracy_{r}": np.full((1, num_seeds), 0.5) for r in REGIMES}}
+            if m in runs:
+                out[m].update(loss=np.ones((1, num_seeds, 4)), train_accuracy=np.zeros((1, num_seeds, 4)))
+        out["uat"]["params"] = "uat-params"
+        return out
+
+    def fake_replay_grid(ctx, name, cell, params, tasks, labels, num_seeds, stream, env=None):
+        calls["replay"] = (name, params, labels)
+        return {k: v[None] for k, v in _gate(num_seeds).items()}
+
+    monkeypatch.setattr(study, "train_models", fake_train_models)
+    monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
+    out = tmp_path / "run"
+    assert cli.main(["run", "uat.sepsis", "--quick", "--out", str(out)]) == 0
+    assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 90)
+    assert calls["replay"] == ("sepsis_gate", "uat-params", ["uat"])
+    folder = out / "uat.sepsis"
+    result = json.loads((folder / "result.json").read_text())
+    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_post_shift", "uat_beats_input_level_post_shift",
+                                                     "uat_beats_tta_post_shift", "uat_beats_vt_overall"]
+    rows = _csv(folder / "sepsis.csv")
+    assert [(r["model"], r["seed"]) for r in rows][:3] == [("uat", "0"), ("uat", "1"), ("vt", "0")]
+    assert (folder / "sepsis.png").exists() and (folder / "recovery.csv").exists()
