@@ -24,7 +24,8 @@ def test_presets():
     assert study.FULL.size.horizon == 90 and study.FULL.size.dropout == 0.2 and study.FULL.size.ema_decay == 0.8
     assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
     assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
-    assert study.FULL.rows == (*study.MODELS, "tent", "cotta")
+    assert study.FULL.rows == (*study.MODELS, study.NULL, "tent", "cotta")
+    assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "tent", "cotta")
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
 
 
@@ -58,14 +59,14 @@ def _arrays(cfg, acc: dict, post: dict):
         metrics[m] = {"accuracy": np.asarray(acc[m], float), "post_shift_accuracy": np.asarray(post[m], float),
                       "recovery": np.tile(np.linspace(0.2, 0.9, domains.RECOVERY_STEPS), (cfg.seeds, 1)),
                       **{f"accuracy_{r}": np.full(cfg.seeds, 0.1 * (k + 1)) for k, r in enumerate(REGIMES)}}
-    curves = {m: {"loss": np.ones((cfg.seeds, 3)), "train_accuracy": np.zeros((cfg.seeds, 3))} for m in cfg.models}
+    curves = {m: {"loss": np.ones((cfg.seeds, 3)), "train_accuracy": np.zeros((cfg.seeds, 3))} for m in cfg.trained}
     return {"metrics": metrics, "curves": curves, "gate": _gate(cfg.seeds)}
 
 
 PASSING = ({"uat": [0.8, 0.7], "vt": [0.6, 0.6], "adt": [0.7, 0.7], "dt": [0.6, 0.7], "tent": [0.6, 0.6],
-            "cotta": [0.6, 0.5]},
+            "cotta": [0.6, 0.5], "uat_null": [0.6, 0.6]},
            {"uat": [0.6, 0.5], "vt": [0.4, 0.4], "adt": [0.5, 0.5], "dt": [0.45, 0.5], "tent": [0.4, 0.45],
-            "cotta": [0.4, 0.4]})
+            "cotta": [0.4, 0.4], "uat_null": [0.4, 0.3]})
 
 
 def test_summary_metrics_and_checks_on_planted_arrays():
@@ -75,6 +76,7 @@ def test_summary_metrics_and_checks_on_planted_arrays():
     m = s.metrics
     assert m["acc_uat"] == pytest.approx(0.75) and m["acc_uat_std"] == pytest.approx(0.05)
     assert m["post_tent"] == pytest.approx(0.425) and m["acc_dt_conservative"] == pytest.approx(0.3)
+    assert m["uat_feedback_gain_post"] == pytest.approx(0.55 - 0.35)
     checks = {c.name: c for c in s.checks}
     assert checks["uat_beats_vt_post_shift"].value == pytest.approx(0.55 - 0.4)
     assert checks["uat_beats_input_level_post_shift"].value == pytest.approx(0.55 - 0.5)  # A-DT, the better
@@ -111,17 +113,20 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
         calls["train"] = (name, domain, sorted(runs), sorted(adapt), keep, env.horizon)
         acc, post = PASSING
         out = {}
+        calls["uat_labels"] = labels["uat"]
         for m in (*runs, *adapt):
-            out[m] = {"accuracy": np.asarray([acc[m]]), "post_shift_accuracy": np.asarray([post[m]]),
-                      "recovery": np.full((1, num_seeds, domains.RECOVERY_STEPS), 0.5),
-                      **{f"accuracy_{r}": np.full((1, num_seeds), 0.5) for r in REGIMES}}
+            rows = ["uat", "uat_null"] if m == "uat" else [m]  # the tasks of m, in order
+            out[m] = {"accuracy": np.asarray([acc[r] for r in rows]),
+                      "post_shift_accuracy": np.asarray([post[r] for r in rows]),
+                      "recovery": np.full((len(rows), num_seeds, domains.RECOVERY_STEPS), 0.5),
+                      **{f"accuracy_{r}": np.full((len(rows), num_seeds), 0.5) for r in REGIMES}}
             if m in runs:
-                out[m].update(loss=np.ones((1, num_seeds, 4)), train_accuracy=np.zeros((1, num_seeds, 4)))
-        out["uat"]["params"] = "uat-params"
+                out[m].update(loss=np.ones((len(rows), num_seeds, 4)), train_accuracy=np.zeros((len(rows), num_seeds, 4)))
+        out["uat"]["params"] = {"w": np.arange(2 * num_seeds)}  # flat over the clean and null tasks x seeds
         return out
 
     def fake_replay_grid(ctx, name, cell, params, tasks, labels, num_seeds, stream, env=None):
-        calls["replay"] = (name, params, labels)
+        calls["replay"] = (name, params["w"].tolist(), labels)
         return {k: v[None] for k, v in _gate(num_seeds).items()}
 
     monkeypatch.setattr(study, "train_models", fake_train_models)
@@ -129,11 +134,14 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert cli.main(["run", "uat.sepsis", "--quick", "--out", str(out)]) == 0
     assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 90)
-    assert calls["replay"] == ("sepsis_gate", "uat-params", ["uat"])
+    assert calls["replay"] == ("sepsis_gate", [0, 1], ["uat"])  # the clean task's seeds
+    assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
     folder = out / "uat.sepsis"
     result = json.loads((folder / "result.json").read_text())
     assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_post_shift", "uat_beats_input_level_post_shift",
                                                      "uat_beats_tta_post_shift", "uat_beats_vt_overall"]
     rows = _csv(folder / "sepsis.csv")
     assert [(r["model"], r["seed"]) for r in rows][:3] == [("uat", "0"), ("uat", "1"), ("vt", "0")]
+    null = [r for r in rows if r["model"] == "uat_null"]
+    assert [float(r["post_shift"]) for r in null] == [0.4, 0.3]
     assert (folder / "sepsis.png").exists() and (folder / "recovery.csv").exists()
