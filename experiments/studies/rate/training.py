@@ -1,9 +1,9 @@
 """Training and evaluation shared by the RATE studies: not a study itself.
 
-Training (``rate.tmaze``, ``rate.mrv``, ``rate.popgym``): one
+Training (``rate.tmaze``, ``rate.mrv``, ``rate.popgym``, ``rate.minigrid_memory``): one
 model configuration, every seed in one vmapped program, chunked and checkpointed by
 ``experiments.seeds.train_chunked`` with a NaN guard on the recorded per-step loss.
-Evaluation in a task environment (``rate.popgym``): every seed
+Evaluation in a task environment (``rate.popgym``, ``rate.minigrid_memory``): every seed
 on every episode as one compiled program (``rate_jax.make_env_evaluate``).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from experiments.registry import RunContext
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How a RATE study trains each model (``rate.popgym``):
+    """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
     ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
     from ``num_train`` oracle episodes (``num_val`` held out), AdamW at ``learning_rate`` with
     ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``)."""
