@@ -96,9 +96,10 @@ class RecsysTask:
 
 def data_arrays(data: recsys_data.RecsysData) -> dict:
     """What the compiled programs read of the dataset (the sweep's ``shared`` argument):
-    the training windows' items, rewards and targets, and the test windows' items and
-    rewards with their candidates."""
-    return {"train": {"items": data.train.items, "rewards": data.train.rewards, "targets": data.train.targets},
+    the training windows' items, rewards, targets and logged successors (``uat_jax.sasrec``), and
+    the test windows' items and rewards with their candidates."""
+    return {"train": {"items": data.train.items, "rewards": data.train.rewards, "targets": data.train.targets,
+                      "next_items": data.train.next_items},
             "test": {"items": data.test.items, "rewards": data.test.rewards, "candidates": data.test_candidates}}
 
 

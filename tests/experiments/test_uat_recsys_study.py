@@ -30,6 +30,7 @@ def test_presets():
     assert study.FULL.models == study.MODELS and study.FULL.delays == (0, 1, 3, 5, 10)
     assert study.FULL.corruptions == ("null", "shuffled", "adversarial") and study.FULL.data == recsys_data.RecsysConfig()
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
+    assert study.QUICK.reported == (*study.CHECKED, "sasrec") and study.FULL.reported == (*study.MODELS, "sasrec")
     assert [study.condition_name(*c) for c in study.QUICK.conditions] == ["d1", "d1_null"]
     assert [study.condition_name(*c) for c in study.FULL.conditions] == [
         "d1", "d0", "d3", "d5", "d10", "d1_null", "d1_shuffled", "d1_adversarial"]
@@ -55,7 +56,7 @@ def test_config_rejects_bad_values(field, value, message):
 def _arrays(cfg, hr):
     """Planted arrays: HR@10 ``hr[model][condition]`` on every seed; the other metrics half of it."""
     metrics = {}
-    for m in cfg.models:
+    for m in cfg.reported:
         conds = cfg.conditions if m in study.FAMILY else cfg.conditions[:1]
         grid = np.array([[hr[m][study.condition_name(*c)]] * cfg.seeds for c in conds])
         metrics[m] = {k: grid if k == "hr@10" else grid / 2 for k in study.METRICS}
@@ -65,7 +66,7 @@ def _arrays(cfg, hr):
 def test_summary_and_checks():
     cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10))
     good = {"uat": {"d1": 0.40, "d0": 0.45, "d10": 0.30, "d1_null": 0.29}, "vt": dict.fromkeys(
-        ("d1", "d0", "d10", "d1_null"), 0.28), "adt": {"d1": 0.41}}
+        ("d1", "d0", "d10", "d1_null"), 0.28), "adt": {"d1": 0.41}, "sasrec": {"d1": 0.2}}
     s = study.summarize(cfg, _arrays(cfg, good))
     found = {c.name: c for c in s.checks}
     assert list(found) == ["uat_beats_vt_hr10", "uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
@@ -75,9 +76,12 @@ def test_summary_and_checks():
     np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.12 - 0.01)
     np.testing.assert_allclose(found["gap_shrinks_with_delay"].value, 0.17 - 0.02)
     assert s.metrics["ndcg@10_uat_d0"] == pytest.approx(0.225) and s.metrics["hr@10_vt_d1_null"] == 0.28
-    assert s.tables["table"]["condition"] == ["d1", "d0", "d10", "d1_null"] * 2 + ["d1"]
+    assert s.tables["table"]["condition"] == ["d1", "d0", "d10", "d1_null"] * 2 + ["d1", "d1"]
+    assert s.tables["table"]["model"][-1] == "sasrec" and s.metrics["hr@10_sasrec"] == pytest.approx(0.2)
+    assert s.tables["table"]["hr@10_paper"][-1] == 0.281 and "sasrec" not in str([c.name for c in s.checks])
     # UAT that gains as much with zero rewards, whose lead does not fall with the delay, below A-DT
-    blind = {"uat": {"d1": 0.33, "d0": 0.33, "d10": 0.33, "d1_null": 0.33}, "vt": good["vt"], "adt": {"d1": 0.40}}
+    blind = {"uat": {"d1": 0.33, "d0": 0.33, "d10": 0.33, "d1_null": 0.33}, "vt": good["vt"], "adt": {"d1": 0.40},
+             "sasrec": good["sasrec"]}
     found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, blind)).checks}
     assert found["uat_beats_vt_hr10"].passed
     assert not any(found[n].passed for n in ("uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
@@ -95,7 +99,9 @@ def test_tiny_run_on_synthetic_files_and_on_a_data_folder(tmp_path):
                                                      "uat_gain_needs_feedback", "gap_shrinks_with_delay"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     assert {r["condition"] for r in _csv(folder / "recsys.csv")} == {"d1", "d0", "d3", "d1_null"}
-    assert len(_csv(folder / "recsys.csv")) == 4 * 2 + 1 and (folder / "recsys.png").exists()
+    rows = _csv(folder / "recsys.csv")
+    assert len(rows) == 4 * 2 + 2 and (folder / "recsys.png").exists()  # UAT and VT x 4 conditions, A-DT, SASRec
+    assert [r["model"] for r in rows][-1] == "sasrec" and 0.0 <= float(rows[-1]["hr@10"]) <= 1.0
     assert result["metrics"]["users"] == 25.0  # max_users of the tiny data config
     # the written files as a user's folder (--set data_dir=...): the same dataset
     cfg = configs.apply(study.QUICK, [(k, json.loads(v)) for k, v in (a.split("=", 1) for a in TINY_SETS)])
