@@ -24,6 +24,7 @@ def test_presets():
     assert study.FULL.size.horizon == 90 and study.FULL.size.dropout == 0.2 and study.FULL.size.ema_decay == 0.8
     assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
     assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
+    assert study.FULL.null_rewards and not study.QUICK.null_rewards and study.QUICK.size.horizon == 60
     assert study.FULL.rows == (*study.MODELS, study.NULL, "tent", "cotta")
     assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "tent", "cotta")
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
@@ -70,7 +71,7 @@ PASSING = ({"uat": [0.8, 0.7], "vt": [0.6, 0.6], "adt": [0.7, 0.7], "dt": [0.6, 
 
 
 def test_summary_metrics_and_checks_on_planted_arrays():
-    cfg = dataclasses.replace(study.QUICK, seeds=2, models=("uat", "vt", "adt", "dt"))
+    cfg = dataclasses.replace(study.QUICK, seeds=2, models=("uat", "vt", "adt", "dt"), null_rewards=True)
     acc, post = PASSING
     s = study.summarize(cfg, _arrays(cfg, acc, post))
     m = s.metrics
@@ -132,8 +133,8 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "train_models", fake_train_models)
     monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
     out = tmp_path / "run"
-    assert cli.main(["run", "uat.sepsis", "--quick", "--out", str(out)]) == 0
-    assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 90)
+    assert cli.main(["run", "uat.sepsis", "--quick", "--set", "null_rewards=true", "--out", str(out)]) == 0
+    assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
     assert calls["replay"] == ("sepsis_gate", [0, 1], ["uat"])  # the clean task's seeds
     assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
     folder = out / "uat.sepsis"
