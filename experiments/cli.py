@@ -137,7 +137,8 @@ def _run_side_by_side(chosen: list[registry.Study], args: argparse.Namespace) ->
 
     rows: dict[str, _Row] = {}
     out = pathlib.Path(args.out)
-    jobs.run_studies(chosen, jobs.run_command(flags, out), out, args.jobs, lambda done: rows.__setitem__(done.study, row(done)))
+    jobs.run_studies(chosen, jobs.run_command(flags, out), out, args.jobs, lambda done: rows.__setitem__(done.study, row(done)),
+                     timeout_s=jobs.quick_limit_s if args.quick else lambda study: None)
     return [rows[s.name] for s in chosen]
 
 

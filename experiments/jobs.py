@@ -7,6 +7,12 @@ the models it loads). Each process writes its output to ``DIR/STUDY/run.log``; w
 its checks are printed from its ``result.json``, so the console shows whole studies, not
 interleaved progress bars. A study that wrote no fresh ``result.json`` is an ERROR and its
 log's tail is printed.
+
+A process that runs past its time limit (``timeout_s``; ``run all --quick`` gives each study
+:func:`quick_limit_s`) is killed and started once more, resuming from its checkpoints; past the
+limit again it is an ERROR. XLA's CPU runtime has been seen to hang a study forever (the main
+thread waiting for an array no worker thread computes; a rerun passed), which would otherwise
+stall its job slot and the whole run.
 """
 from __future__ import annotations
 
@@ -23,6 +29,14 @@ from experiments import registry, results
 LOG = "run.log"
 POLL_S = 0.5
 TAIL_LINES = 30
+HANG_FACTOR = 8.0  # a quick study is called hung after this many times its quick_s ...
+HANG_FLOOR_S = 300.0  # ... and never before this many seconds
+RESTARTS = 1
+
+
+def quick_limit_s(study: registry.Study) -> float:
+    """Time limit of one ``--quick`` study's process: ``HANG_FACTOR`` x its ``quick_s``, at least ``HANG_FLOOR_S``."""
+    return max(HANG_FACTOR * study.quick_s, HANG_FLOOR_S)
 
 
 @dataclasses.dataclass
@@ -41,6 +55,10 @@ class _Running:
     process: subprocess.Popen
     started: float
     log: pathlib.Path
+    argv: list[str]
+    limit_s: float | None
+    attempt_started: float
+    restarts: int = 0
 
 
 def _fresh_result(study_dir: pathlib.Path, since: float) -> dict | None:
@@ -62,14 +80,33 @@ def run_command(flags: Sequence[str], out: pathlib.Path) -> Callable[[registry.S
     return lambda study: [sys.executable, "-m", "experiments", "run", study.name, "--out", str(out), *flags]
 
 
+def _start(argv: list[str], log: pathlib.Path, mode: str = "w") -> subprocess.Popen:
+    with open(log, mode) as handle:
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def _restart_or_stop(job: _Running) -> None:
+    """Kill ``job`` (past its limit); start it again unless it has used its ``RESTARTS``."""
+    job.process.kill()
+    job.process.wait()
+    again = job.restarts < RESTARTS
+    with open(job.log, "a") as handle:
+        handle.write(f"\n== killed after {job.limit_s:.0f} s, its time limit (a hang?)"
+                     f"{'; started again' if again else ''}\n")
+    if again:
+        job.process, job.attempt_started, job.restarts = _start(job.argv, job.log, "a"), time.time(), job.restarts + 1
+
+
 def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.Study], list[str]], out: pathlib.Path,
-                jobs: int, on_finish: Callable[[Finished], None]) -> list[Finished]:
+                jobs: int, on_finish: Callable[[Finished], None],
+                timeout_s: Callable[[registry.Study], float | None] = lambda study: None) -> list[Finished]:
     """Run ``command(study)`` for every study of ``chosen`` with at most ``jobs`` processes at once,
     each study after its ``after``; among the studies ready to start, the one with the largest
     ``quick_s`` first (longest processing time first: the long studies overlap the short ones
     instead of running last), ties in :func:`experiments.registry.run_order` order.
 
-    ``on_finish`` is called as each study ends. Returns the finished studies in the order of ``chosen``.
+    ``on_finish`` is called as each study ends. ``timeout_s(study)``: the time limit of each attempt of its
+    process (None: none; see the module docstring). Returns the finished studies in the order of ``chosen``.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -88,10 +125,12 @@ def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.St
                 log = study_dir / LOG
                 argv = command(study)
                 print(f"== started {study.name} -> {study_dir} (output in {log})", flush=True)
-                with open(log, "w") as handle:
-                    process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
-                running.append(_Running(study.name, process, time.time(), log))
+                now = time.time()
+                running.append(_Running(study.name, _start(argv, log), now, log, argv, timeout_s(study), now))
         time.sleep(POLL_S)
+        for job in running:
+            if job.limit_s is not None and job.process.poll() is None and time.time() - job.attempt_started > job.limit_s:
+                _restart_or_stop(job)
         for job in [j for j in running if j.process.poll() is not None]:
             running.remove(job)
             finished = Finished(job.study, _fresh_result(out / job.study, job.started), time.time() - job.started, job.log)

@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -87,3 +88,34 @@ def test_bad_jobs_are_rejected(tmp_path, capsys):
     assert cli.main(["run", "regret.stationarity", "--quick", "--jobs", "2", "--out", str(tmp_path)]) == 2
     assert "--jobs runs the studies of 'all'" in capsys.readouterr().err
     assert cli.main(["run", "all", "--quick", "--jobs", "0"]) == 2
+
+
+# A study that hangs on its first attempt ("*hang_once*") or on every attempt ("*hang*"), then behaves as FAKE.
+HANGING = """
+import pathlib, sys, time
+name, out = sys.argv[1], pathlib.Path(sys.argv[2])
+marker = out / name / "attempted"
+if "hang" in name and ("once" not in name or not marker.exists()):
+    marker.touch()
+    time.sleep(60)
+""" + FAKE
+
+
+def test_a_process_past_its_limit_is_killed_and_started_once_more(tmp_path):
+    script = tmp_path / "hanging.py"
+    script.write_text(HANGING)
+    studies = [_study("t.hang_once"), _study("t.hang"), _study("t.ok")]
+    t0 = time.time()
+    done = jobs.run_studies(studies, lambda s: [sys.executable, str(script), s.name, str(tmp_path)], tmp_path, 3,
+                            lambda d: None, timeout_s=lambda s: 2.0)
+    assert time.time() - t0 < 20  # not the 60 s a hang sleeps
+    by = {d.study: d for d in done}
+    assert by["t.hang_once"].result is not None and by["t.ok"].result is not None
+    assert "started again" in jobs.tail(by["t.hang_once"].log)
+    assert by["t.hang"].result is None  # past the limit on both attempts: an ERROR
+    assert jobs.tail(by["t.hang"].log).count("killed after 2 s") == 2
+
+
+def test_quick_limit():
+    assert jobs.quick_limit_s(_study("t.a", quick_s=10)) == jobs.HANG_FLOOR_S
+    assert jobs.quick_limit_s(_study("t.b", quick_s=100)) == 100 * jobs.HANG_FACTOR
