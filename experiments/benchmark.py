@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import jaxprs_in_params
 
-__all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_call", "time_python"]
+__all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_alternating", "time_call", "time_python"]
 
 
 def _repeat(call: Callable[[], Any], repeats: int, min_total_s: float = 0.0) -> dict[str, float]:
@@ -46,6 +46,22 @@ def time_python(fn: Callable[..., Any], *args: Any, repeats: int = 5, min_total_
     """Time a plain Python callable (e.g. a loop baseline): ``{"mean_s", "min_s", "calls"}`` of at
     least ``repeats`` calls lasting at least ``min_total_s`` together (see :func:`_repeat`), no warm-up."""
     return _repeat(lambda: fn(*args), repeats, min_total_s)
+
+
+def time_alternating(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, float]]:
+    """Time several warmed-up callables against each other: ``rounds`` rounds, each calling every
+    one of ``calls`` once in turn (each waited for with ``block_until_ready``), so a drift in the
+    machine's speed (another process, the CPU's clock) reaches all of them alike; the order of
+    the calls alternates between rounds. ``{name: {"mean_s", "min_s", "calls"}}``."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(rounds):
+        for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+            t0 = time.perf_counter()
+            jax.block_until_ready(calls[name]())
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"mean_s": sum(t) / len(t), "min_s": min(t), "calls": len(t)} for name, t in times.items()}
 
 
 def peak_mb(compiled) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import rate_jax
 from experiments import benchmark
 from experiments.registry import bench
-from experiments.studies.rate import tmaze as _tmaze  # noqa: F401 - registers rate.tmaze before its bench
+from experiments.studies.rate import tmaze as tmaze_study  # also registers rate.tmaze before its bench
 
 # The benchmark configuration: the authors' T-Maze model with a 32-wide feed-forward
 # block, m = 15, K = 50, N = 3, a batch of 64 trajectories of 150 steps.
@@ -28,6 +29,33 @@ GOALS = {"forward_backward_s": 4.2, "eval_seconds_per_env_step_100_episodes": 0.
 matrix-multiply rate), evaluation <= 25 ms per environment step, peak memory below the authors'."""
 
 
+REPEATS = 3
+QUICK_STEPS = 100
+QUICK_ROUNDS = 5
+"""Seeds vmapped against looped at the quick size (issue 16): ``rate.tmaze --quick``'s RATE and
+seeds, ``QUICK_STEPS`` training steps per call, the best of ``QUICK_ROUNDS`` alternating rounds."""
+
+
+def _seeds_vmapped_vs_looped(tcfg: rate_jax.TrainConfig, seeds: int, steps: int, rounds: int) -> dict:
+    """``steps`` training steps of ``seeds`` seeds as one vmapped program against a Python loop over the
+    seeds of the one-seed program, both compiled and warmed up first, then timed in alternating rounds
+    (:func:`experiments.benchmark.time_alternating`, best call each): ``{"compile_s"`` (the vmapped
+    program), ``"vmapped_s", "looped_s", "looped_over_vmapped"}`` (above 1: vmapping is faster)."""
+    states = jax.jit(jax.vmap(functools.partial(rate_jax.init_state, tcfg)))(
+        jax.random.split(jax.random.PRNGKey(2), seeds))
+    update = rate_jax.make_update(tcfg, steps)
+    t0 = time.perf_counter()
+    vmapped = jax.jit(jax.vmap(update)).lower(states).compile()
+    compile_s = time.perf_counter() - t0
+    one = jax.jit(update)
+    singles = [jax.tree.map(lambda x, i=i: x[i], states) for i in range(seeds)]
+    jax.block_until_ready((vmapped(states), one(singles[0])))
+    timed = benchmark.time_alternating({"vmapped": lambda: vmapped(states),
+                                        "looped": lambda: [one(s) for s in singles]}, rounds)
+    v, looped = timed["vmapped"]["min_s"], timed["looped"]["min_s"]
+    return {"compile_s": compile_s, "vmapped_s": v, "looped_s": looped, "looped_over_vmapped": looped / v}
+
+
 def _log(msg: str) -> None:
     print(f"[rate.tmaze bench] {msg}", file=sys.stderr, flush=True)
 
@@ -36,7 +64,10 @@ def _log(msg: str) -> None:
 def tmaze(out_dir) -> dict:
     """Forward(+backward) per batch, peak memory, parameters, evaluation step time, seeds vmapped vs looped.
 
-    One timed call each after compilation and a warm-up (the programs take seconds on a CPU).
+    ``REPEATS`` timed calls each after compilation and a warm-up, the best reported (the programs
+    take seconds on a CPU, and one call's time varied by about 20% over a day); seeds vmapped
+    against looped in alternating rounds, at the authors' configuration (one training step, 2
+    rounds) and at the quick size (``QUICK_STEPS``, ``QUICK_ROUNDS``).
     Evaluation runs one segment (50 steps) of 100 episodes with incremental decoding
     (``RATE.decode``: fixed-size key/value buffers, so later segments cost the same per step),
     including the per-segment memory write. FLOPs: the matrix multiplies of the forward+backward
@@ -56,9 +87,9 @@ def tmaze(out_dir) -> dict:
         return rate_jax.bptt_loss(model, params, segs, masks)
 
     grad_fn = jax.value_and_grad(loss)
-    fwd_bwd = benchmark.time_call(grad_fn, state.params, repeats=1)
+    fwd_bwd = benchmark.time_call(grad_fn, state.params, repeats=REPEATS)
     _log(f"forward+backward {fwd_bwd}")
-    fwd = benchmark.time_call(loss, state.params, repeats=1)
+    fwd = benchmark.time_call(loss, state.params, repeats=REPEATS)
     _log(f"forward {fwd}")
     peak = benchmark.peak_mb(jax.jit(grad_fn).lower(state.params).compile()) * 2**20
     flops = benchmark.dot_flops(grad_fn, state.params)
@@ -71,24 +102,20 @@ def tmaze(out_dir) -> dict:
     steps = BENCH_MODEL.segment_len
     evaluate = rate_jax.make_evaluate(BENCH_MODEL, steps)
     ev = benchmark.time_call(evaluate, state.params, jax.random.PRNGKey(1), jnp.full((100,), 148, jnp.int32),
-                             repeats=1)
+                             repeats=REPEATS)
     _log(f"evaluate {steps} steps x 100 episodes {ev}")
 
-    keys = jax.random.split(jax.random.PRNGKey(2), seeds)
-    states = jax.jit(jax.vmap(functools.partial(rate_jax.init_state, tcfg)))(keys)
-    update = rate_jax.make_update(tcfg, 1)
-    vmapped = benchmark.time_call(jax.vmap(update), states, repeats=1)
-    one = jax.jit(update)
-    singles = [jax.tree.map(lambda x, i=i: x[i], states) for i in range(seeds)]
-    jax.block_until_ready(one(singles[0]))
-    looped = benchmark.time_python(lambda: [one(s) for s in singles], repeats=1)
-    _log(f"train step, {seeds} seeds: vmapped {vmapped}, looped {looped}")
+    authors_seeds = _seeds_vmapped_vs_looped(tcfg, seeds, steps=1, rounds=2)
+    _log(f"train step of the authors' configuration, {seeds} seeds: {authors_seeds}")
+    quick_cfg = dataclasses.replace(tmaze_study.QUICK.train_config("RATE"), num_steps=QUICK_STEPS)
+    quick_seeds = _seeds_vmapped_vs_looped(quick_cfg, tmaze_study.QUICK.seeds, steps=QUICK_STEPS, rounds=QUICK_ROUNDS)
+    _log(f"{QUICK_STEPS} train steps of rate.tmaze --quick's RATE, {tmaze_study.QUICK.seeds} seeds: {quick_seeds}")
     return {
         "config": dataclasses.asdict(BENCH_MODEL) | {"batch": 64, "trajectory_steps": 150, "seeds": seeds},
         "forward_backward_ms_per_batch": 1e3 * fwd_bwd["min_s"],
         "forward_ms_per_batch": 1e3 * fwd["min_s"],
         "compile_s": {"forward_backward": fwd_bwd["compile_s"], "forward": fwd["compile_s"],
-                      "evaluate": ev["compile_s"], "train_step_vmapped": vmapped["compile_s"]},
+                      "evaluate": ev["compile_s"], "train_step_vmapped": authors_seeds["compile_s"]},
         "peak_memory_bytes_forward_backward": peak,
         "forward_backward_dot_gflop": flops / 1e9,
         "forward_backward_gflops_per_s": achieved,
@@ -97,9 +124,11 @@ def tmaze(out_dir) -> dict:
         "parameters": num_params,
         "eval_seconds_per_env_step_100_episodes": ev["min_s"] / steps,
         "eval_env_steps_per_s_100_episodes": 100 * steps / ev["min_s"],
-        "train_step_seeds_vmapped_s": vmapped["min_s"],
-        "train_step_seeds_looped_s": looped["min_s"],
-        "seeds_looped_over_vmapped": looped["min_s"] / vmapped["min_s"],
+        "train_step_seeds_vmapped_s": authors_seeds["vmapped_s"],
+        "train_step_seeds_looped_s": authors_seeds["looped_s"],
+        "seeds_looped_over_vmapped": authors_seeds["looped_over_vmapped"],
+        "quick_seeds": {"seeds": tmaze_study.QUICK.seeds, "train_steps": QUICK_STEPS, "rounds": QUICK_ROUNDS,
+                        **quick_seeds},
         "authors_pytorch_2core_cpu": AUTHORS,
         "speedup_over_authors": {"forward_backward": AUTHORS["forward_backward_s"] / fwd_bwd["min_s"],
                                  "evaluation": AUTHORS["eval_seconds_per_env_step_100_episodes"] / (ev["min_s"] / steps)},
@@ -107,5 +136,6 @@ def tmaze(out_dir) -> dict:
         "goals_met": {"forward_backward": fwd_bwd["min_s"] <= GOALS["forward_backward_s"],
                       "evaluation": ev["min_s"] / steps <= GOALS["eval_seconds_per_env_step_100_episodes"],
                       "peak_fraction": achieved / machine >= GOALS["peak_fraction"],
-                      "memory_below_authors": peak < AUTHORS["memory_gb"] * 1e9},
+                      "memory_below_authors": peak < AUTHORS["memory_gb"] * 1e9,
+                      "seeds_vmapped_not_slower_quick": quick_seeds["looped_over_vmapped"] >= 1.0},
     }

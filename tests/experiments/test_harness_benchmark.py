@@ -29,6 +29,27 @@ def test_time_python_calls_until_the_minimum_total_time():
         benchmark.time_python(lambda: None, repeats=0)
 
 
+def test_time_alternating_alternates_the_order_and_times_each_call(monkeypatch):
+    """On a fake clock that each call advances by its own planned durations: every call is timed
+    by its own durations (not its neighbour's), and the order alternates between rounds."""
+    clock, order = [0.0], []
+    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
+    planned = {"a": [5.0, 2.0, 4.0], "b": [1.0, 1.5, 7.0]}
+
+    def call(name):
+        def run():
+            order.append(name)
+            clock[0] += planned[name][len([o for o in order if o == name]) - 1]
+        return run
+
+    out = benchmark.time_alternating({"a": call("a"), "b": call("b")}, rounds=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert out["a"] == {"mean_s": pytest.approx(11 / 3), "min_s": 2.0, "calls": 3}
+    assert out["b"] == {"mean_s": pytest.approx(9.5 / 3), "min_s": 1.0, "calls": 3}
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        benchmark.time_alternating({"a": call("a")}, rounds=0)
+
+
 def test_provenance_and_git_sha(tmp_path):
     prov = provenance.provenance()
     assert prov["jax"] == jax.__version__ and prov["devices"] == 4 and prov["backend"] == "cpu"

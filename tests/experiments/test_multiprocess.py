@@ -2,7 +2,8 @@
 
 The CLI runs a study as 2 processes x 2 devices and as 1 process x 4 devices; every file
 the study writes must be byte-identical (result.json up to its provenance). A killed
-two-process sweep resumes, again as two processes, to the uninterrupted outputs.
+two-process sweep resumes, again as two processes, to the uninterrupted outputs. The processes
+start without ``GLIBC_TUNABLES``, so ``python -m experiments`` adds its own (``experiments.huge_pages``).
 """
 import json
 import os
@@ -18,12 +19,14 @@ import numpy as np
 import pytest
 from xla_env import xla_flags
 
+from experiments import huge_pages
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKER = pathlib.Path(harness_worker.__file__)
 
 
 def _env(devices: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GLIBC_TUNABLES")}
     return {**env, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu"}
 
 
@@ -70,6 +73,8 @@ def test_two_processes_write_the_files_of_one(tmp_path, study, sets):
     assert sorted(multi) == sorted(one) and "result.json" in one
     results = [json.loads(files.pop("result.json")) for files in (multi, one)]
     assert results[0]["provenance"]["processes"] == 2 and results[1]["provenance"]["processes"] == 1
+    tunables = huge_pages.with_huge_pages({}, huge_pages.glibc_version())  # None where not glibc >= 2.35
+    assert all(r["provenance"]["environment"].get("GLIBC_TUNABLES") == tunables for r in results)
     for r in results:
         r.pop("provenance")
     assert results[0] == results[1]
