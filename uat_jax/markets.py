@@ -55,7 +55,7 @@ from uat_jax import cells
 from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import CORRUPTIONS, FeedbackChannel, FeedbackNoise, corrupt
 from uat_jax.markets_data import INDICATORS, Market
-from uat_jax.model import DecisionTransformer, init_cache, init_params, regime_gate_norms
+from uat_jax.model import DecisionTransformer, init_cache, init_params, parallel_logits, regime_gate_norms
 from uat_jax.train import CellKeys, check_optimizer_fields, make_optimizer, task_model
 
 TRADING_DAYS = 252
@@ -251,15 +251,6 @@ def fed_pairs(traj: Rollout) -> tuple[jax.Array, jax.Array]:
             jnp.concatenate([jnp.zeros_like(traj.fed[:1]), traj.fed[:-1]]))
 
 
-def window_logits(model: DecisionTransformer, params, obs, prev_w, prev_r, dropout_key=None) -> jax.Array:
-    """Logits [T, N_max + 1] of the causally masked parallel pass over one window with the fed
-    pairs (prev_w, prev_r) as given; dropout when ``dropout_key`` is given."""
-    rngs = None if dropout_key is None else {"dropout": dropout_key}
-    logits, _ = model.apply(params, obs, prev_w, prev_r, init_cache(model.cfg), deterministic=dropout_key is None,
-                            rngs=rngs)
-    return logits
-
-
 # ------------------------------------------------------------------ train and evaluate
 
 
@@ -309,7 +300,7 @@ def make_train(cfg: MarketsTrainConfig):
         gather = jax.vmap(lambda m, s: gather_window(windows, m, s, T))
 
         def loss_fn(params, obs, prev_w, prev_r, expert, masks, k_drop):
-            logits = jax.vmap(lambda o, w, r, k: window_logits(model, params, o, w, r, k))(
+            logits = jax.vmap(lambda o, w, r, k: parallel_logits(model, params, o, w, r, k))(
                 obs, prev_w, prev_r, jax.random.split(k_drop, obs.shape[0]))
             return jnp.mean(kl_to_expert(expert, log_allocation(logits, masks[:, None]), masks[:, None]))
 

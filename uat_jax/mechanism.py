@@ -36,7 +36,7 @@ from flax import struct
 
 from uat_jax import darkroom, domains
 from uat_jax.feedback import shift
-from uat_jax.model import DecisionTransformer, init_cache
+from uat_jax.model import DecisionTransformer, init_cache, sequence_logits
 from uat_jax.rollout import Trajectory
 
 N_SEGMENTS = 3
@@ -144,6 +144,5 @@ def uniform_active_mass(horizon: int) -> jax.Array:
 def oracle_log_prob(model: DecisionTransformer, params, traj: Trajectory) -> jax.Array:
     """[T] log pi(a*_t | H_t): the policy's log-probability of the expert action at every step
     of the played episode (the parallel pass equals the causal rollout's logits)."""
-    prev_action, prev_reward = shift(traj.actions, traj.fed_rewards)
-    logits, _ = model.apply(params, traj.obs, prev_action, prev_reward, init_cache(model.cfg))
+    logits = sequence_logits(model, params, traj.obs, traj.actions, traj.fed_rewards)
     return jnp.take_along_axis(jax.nn.log_softmax(logits), traj.expert[:, None], -1)[:, 0]

@@ -176,16 +176,23 @@ def returns_to_go(prev_reward: jax.Array, reward_sum: jax.Array, target: float) 
     return target - (reward_sum + jnp.cumsum(prev_reward))
 
 
-def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions: jax.Array,
-                    rewards: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
-    """Causally masked parallel forward pass over one episode (section 4.3): logits [T, A]
-    at every step from obs [T, obs_dim] and the *unshifted* actions / fed rewards [T];
-    the shift happens here. Dropout is active when ``dropout_key`` is given."""
-    prev_action, prev_reward = shift(actions, rewards)
+def parallel_logits(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,
+                    prev_reward: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
+    """Causally masked parallel forward pass over one sequence (section 4.3): logits [T, A] at
+    every step from obs [T, obs_dim] and the fed pairs (prev_action, prev_reward) [T] as given
+    (already shifted; Domain C feeds allocation vectors [T, N + 1]). Dropout is active when
+    ``dropout_key`` is given."""
     rngs = None if dropout_key is None else {"dropout": dropout_key}
     logits, _ = model.apply(params, obs, prev_action, prev_reward, init_cache(model.cfg),
                             deterministic=dropout_key is None, rngs=rngs)
     return logits
+
+
+def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions: jax.Array,
+                    rewards: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
+    """:func:`parallel_logits` over one episode from the *unshifted* actions / fed rewards [T];
+    the shift happens here."""
+    return parallel_logits(model, params, obs, *shift(actions, rewards), dropout_key)
 
 
 def regime_gate_norms(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,

@@ -47,7 +47,7 @@ from flax import struct
 from uat_jax import cells, recsys_data
 from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import NO_ACTION, FeedbackChannel
-from uat_jax.model import DecisionTransformer, init_cache, init_params
+from uat_jax.model import DecisionTransformer, init_params, parallel_logits
 from uat_jax.train import CellKeys, check_optimizer_fields, cross_entropy, make_optimizer, task_model
 
 
@@ -114,11 +114,7 @@ def window_logits(model: DecisionTransformer, params, items: jax.Array, actions:
                   dropout_key: jax.Array | None = None) -> jax.Array:
     """Logits [T, V] of one window: observations onehot(items [T]), fed pair (actions, rewards)
     [T] as given (no shift), causally masked; dropout when ``dropout_key`` is given."""
-    obs = jax.nn.one_hot(items, model.cfg.obs_dim)
-    rngs = None if dropout_key is None else {"dropout": dropout_key}
-    logits, _ = model.apply(params, obs, actions, rewards, init_cache(model.cfg), deterministic=dropout_key is None,
-                            rngs=rngs)
-    return logits
+    return parallel_logits(model, params, jax.nn.one_hot(items, model.cfg.obs_dim), actions, rewards, dropout_key)
 
 
 @struct.dataclass

@@ -21,7 +21,7 @@ import pytest
 
 from uat_jax import cells, markets
 from uat_jax import markets_data as md
-from uat_jax.model import DecisionTransformer, init_params
+from uat_jax.model import DecisionTransformer, init_params, parallel_logits
 from uat_jax.train import CellKeys
 
 T = 10  # model horizon = data window
@@ -63,7 +63,7 @@ class Kit:
         self.model = DecisionTransformer(self.cfg.model)
         self.params = perturbed(init_params(self.model, jax.random.key(0)))
         model = self.model
-        self.logits = jax.jit(lambda p, o, w, r: markets.window_logits(model, p, o, w, r))
+        self.logits = jax.jit(lambda p, o, w, r: parallel_logits(model, p, o, w, r))
         self.rollout = jax.jit(lambda p, o, r, m, ch, k: markets.rollout(model, p, o, r, m, ch, k))
         self.evaluate = jax.jit(markets.make_evaluate(self.cfg))
 
