@@ -14,7 +14,8 @@ the same bits (its metrics compared equal).
 
 The tunable is read when a process starts, so :func:`reexec_with_huge_pages` (called first thing by
 ``python -m experiments``) replaces the process by the same command with ``GLIBC_TUNABLES``
-extended; the processes it starts (``run all --jobs N``) inherit it. A user who sets
+extended (and :data:`REEXECUTED` set, so that happens at most once); the processes it starts
+(``run all --jobs N``) inherit it. A user who sets
 ``glibc.malloc.hugetlb`` in ``GLIBC_TUNABLES`` (to any value; 0 turns it off) keeps theirs, and a
 system without glibc 2.35 (macOS, musl) is left alone.
 """
@@ -27,6 +28,8 @@ from typing import Mapping
 TUNABLE = "glibc.malloc.hugetlb"
 VARIABLE = "GLIBC_TUNABLES"
 MIN_GLIBC = (2, 35)
+REEXECUTED = "EXPERIMENTS_HUGE_PAGES_REEXECUTED"
+"""Set in the re-executed process, which never re-executes again (even if something removed the tunable)."""
 
 
 def glibc_version() -> tuple[int, int] | None:
@@ -53,7 +56,13 @@ def with_huge_pages(environ: Mapping[str, str], glibc: tuple[int, int] | None) -
 
 def reexec_with_huge_pages() -> None:
     """Replace this process by the same command line with :func:`with_huge_pages`'s
-    ``GLIBC_TUNABLES`` when there is one to add (at most once: the new process has it)."""
+    ``GLIBC_TUNABLES`` when there is one to add, at most once (:data:`REEXECUTED`); if the
+    interpreter cannot be executed again, go on without huge pages."""
     tunables = with_huge_pages(os.environ, glibc_version())
-    if tunables is not None:
-        os.execve(sys.executable, sys.orig_argv, {**os.environ, VARIABLE: tunables})
+    if tunables is None or REEXECUTED in os.environ:
+        return
+    try:
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, VARIABLE: tunables, REEXECUTED: "1"})
+    except OSError as err:
+        print(f"note: running without huge pages ({VARIABLE}: cannot re-execute {sys.executable}: {err})",
+              file=sys.stderr)

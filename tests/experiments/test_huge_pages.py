@@ -35,12 +35,28 @@ def test_reexec_runs_the_same_command_line_once(monkeypatch):
     monkeypatch.setattr(huge_pages, "glibc_version", lambda: (2, 36))
     monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "experiments", "run", "x"])
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv(huge_pages.REEXECUTED, raising=False)
     monkeypatch.setenv("KEEP_ME", "1")
     huge_pages.reexec_with_huge_pages()
     assert len(calls) == 1
     path, argv, env = calls[0]
     assert path == sys.executable and argv == ["python", "-m", "experiments", "run", "x"]
-    assert env["GLIBC_TUNABLES"] == ON and env["KEEP_ME"] == "1"
+    assert env["GLIBC_TUNABLES"] == ON and env["KEEP_ME"] == "1" and env[huge_pages.REEXECUTED] == "1"
     monkeypatch.setenv("GLIBC_TUNABLES", ON)  # the new process: nothing more to do
     huge_pages.reexec_with_huge_pages()
+    monkeypatch.delenv("GLIBC_TUNABLES")  # a new process that lost the tunable still runs only once
+    monkeypatch.setenv(huge_pages.REEXECUTED, "1")
+    huge_pages.reexec_with_huge_pages()
     assert len(calls) == 1
+
+
+def test_reexec_failure_goes_on_without_huge_pages(monkeypatch, capsys):
+    def refuse(*args):
+        raise PermissionError("not allowed")
+
+    monkeypatch.setattr(huge_pages.os, "execve", refuse)
+    monkeypatch.setattr(huge_pages, "glibc_version", lambda: (2, 36))
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv(huge_pages.REEXECUTED, raising=False)
+    huge_pages.reexec_with_huge_pages()
+    assert "running without huge pages" in capsys.readouterr().err

@@ -26,7 +26,7 @@ WORKER = pathlib.Path(harness_worker.__file__)
 
 
 def _env(devices: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GLIBC_TUNABLES")}
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GLIBC_TUNABLES", huge_pages.REEXECUTED)}
     return {**env, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu"}
 
 
