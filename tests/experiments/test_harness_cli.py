@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 from typing import Literal
 
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ from experiments import checks, cli, io, registry, sweep
 from experiments.registry import Study, Summary
 
 RESULT_KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
-PROVENANCE_KEYS = {"git", "jax", "backend", "devices", "processes", "wall_s", "compile_s"}
+PROVENANCE_KEYS = {"git", "jax", "backend", "devices", "environment", "processes", "wall_s", "compile_s"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +144,7 @@ def test_run_writes_the_result_contract(toys, tmp_path, capsys):
     assert cli.main(argv) == 0
     res = _result(tmp_path / "toy.train")
     assert set(res) == RESULT_KEYS and set(res["provenance"]) == PROVENANCE_KEYS
+    assert res["provenance"]["environment"]["XLA_FLAGS"] == os.environ["XLA_FLAGS"]  # tests/conftest.py sets it
     assert res["config"]["lr"] == 0.5 and res["config"]["num_seeds"] == 3 and res["config"]["sizes"] == [3]
     assert res["overrides"] == [{"field": "lr", "value": 0.5}, {"field": "sizes", "value": [3]},
                                 {"field": "num_seeds", "value": 3}]
