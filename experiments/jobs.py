@@ -12,13 +12,17 @@ A process that runs past its time limit (``timeout_s``; ``run all --quick`` give
 :func:`quick_limit_s`) is killed and started once more, resuming from its checkpoints; past the
 limit again it is an ERROR. XLA's CPU runtime has been seen to hang a study forever (the main
 thread waiting for an array no worker thread computes; a rerun passed), which would otherwise
-stall its job slot and the whole run.
+stall its job slot and the whole run. Before the kill the process is sent ``STACKS_SIGNAL``, which
+``python -m experiments`` answers (:func:`dump_stacks_on_signal`) by writing every thread's Python
+stack to its log, so the log shows where it hung.
 """
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +36,15 @@ TAIL_LINES = 30
 HANG_FACTOR = 8.0  # a quick study is called hung after this many times its quick_s ...
 HANG_FLOOR_S = 300.0  # ... and never before this many seconds
 RESTARTS = 1
+STACKS_SIGNAL = getattr(signal, "SIGUSR1", None)  # None where the platform has no SIGUSR1 (Windows)
+STACKS_WAIT_S = 1.0  # how long a process past its limit has to write its stacks before it is killed
+
+
+def dump_stacks_on_signal() -> None:
+    """Make this process write every thread's Python stack to stderr on ``STACKS_SIGNAL``
+    (``faulthandler``: from the signal handler, so also while the main thread waits inside XLA)."""
+    if STACKS_SIGNAL is not None:
+        faulthandler.register(STACKS_SIGNAL, all_threads=True)
 
 
 def quick_limit_s(study: registry.Study) -> float:
@@ -86,7 +99,11 @@ def _start(argv: list[str], log: pathlib.Path, mode: str = "w") -> subprocess.Po
 
 
 def _restart_or_stop(job: _Running) -> None:
-    """Kill ``job`` (past its limit); start it again unless it has used its ``RESTARTS``."""
+    """Ask ``job`` (past its limit) for its stacks, kill it, and start it again unless it has used its
+    ``RESTARTS``."""
+    if STACKS_SIGNAL is not None:
+        job.process.send_signal(STACKS_SIGNAL)
+        time.sleep(STACKS_WAIT_S)
     job.process.kill()
     job.process.wait()
     again = job.restarts < RESTARTS

@@ -93,6 +93,8 @@ def test_bad_jobs_are_rejected(tmp_path, capsys):
 # A study that hangs on its first attempt ("*hang_once*") or on every attempt ("*hang*"), then behaves as FAKE.
 HANGING = """
 import pathlib, sys, time
+from experiments.jobs import dump_stacks_on_signal
+dump_stacks_on_signal()
 name, out = sys.argv[1], pathlib.Path(sys.argv[2])
 marker = out / name / "attempted"
 if "hang" in name and ("once" not in name or not marker.exists()):
@@ -101,7 +103,8 @@ if "hang" in name and ("once" not in name or not marker.exists()):
 """ + FAKE
 
 
-def test_a_process_past_its_limit_is_killed_and_started_once_more(tmp_path):
+def test_a_process_past_its_limit_is_killed_and_started_once_more(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs, "STACKS_WAIT_S", 0.3)
     script = tmp_path / "hanging.py"
     script.write_text(HANGING)
     studies = [_study("t.hang_once"), _study("t.hang"), _study("t.ok")]
@@ -114,6 +117,9 @@ def test_a_process_past_its_limit_is_killed_and_started_once_more(tmp_path):
     assert "started again" in jobs.tail(by["t.hang_once"].log)
     assert by["t.hang"].result is None  # past the limit on both attempts: an ERROR
     assert jobs.tail(by["t.hang"].log).count("killed after 2 s") == 2
+    if jobs.STACKS_SIGNAL is not None:  # each hung attempt wrote where it was before it was killed
+        log = by["t.hang"].log.read_text()
+        assert log.count("most recent call first") == 2 and 'hanging.py", line 9' in log  # the line of time.sleep(60)
 
 
 def test_quick_limit():
