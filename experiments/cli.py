@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import configs, distributed, io, jobs, registry, report, runner
+from experiments import configs, distributed, io, jobs, registry, report, results, runner
 from experiments.provenance import provenance
 
 __all__ = ["main"]
@@ -92,7 +92,8 @@ def _print_checks(name: str, result: dict[str, Any]) -> tuple[int, int]:
     for c in result["checks"]:
         value = "non-finite" if c["value"] is None else f"{c['value']:.6g}"
         print(f"  {'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {value} (target {c['target']})")
-    print(f"{name}: {passed}/{len(result['checks'])} checks passed in {result['provenance']['wall_s']:.1f} s", flush=True)
+    print(f"{name}: {passed}/{len(result['checks'])} checks passed in {results.wall_text(result['provenance'])}",
+          flush=True)
     return passed, len(result["checks"])
 
 

@@ -115,8 +115,7 @@ def _study_section(name: str, folder: pathlib.Path, out: pathlib.Path, result: d
     checks = result["checks"]
     passed = sum(c["passed"] is True for c in checks)
     mode = "quick" if result["quick"] else "full"
-    wall = result["provenance"].get("wall_s")
-    wall = f"{wall:.1f} s" if isinstance(wall, (int, float)) else "?"
+    wall = results.wall_text(result["provenance"])
     lines = [f"## {name}", "", f"{mode} size · {passed}/{len(checks)} checks pass · {wall} wall", ""]
     lines += _header("claim", "paper", "ours", "target", "verdict") + _claim_rows(result, None) + [""]
     lines += _table_csv(folder / "table.csv")

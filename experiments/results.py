@@ -19,7 +19,7 @@ import numpy as np
 from experiments.checks import Check
 from experiments.configs import to_json
 
-__all__ = ["InvalidResult", "RESULT", "build", "load"]
+__all__ = ["InvalidResult", "RESULT", "build", "load", "wall_text"]
 
 RESULT = "result.json"
 _KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
@@ -120,3 +120,14 @@ def load(path: pathlib.Path) -> dict[str, Any]:
     ):
         raise InvalidResult(f"{path}: checks must be a list of {sorted(_CHECK_KEYS)} objects")
     return result
+
+
+def wall_text(provenance: dict[str, Any]) -> str:
+    """A result's wall time and the share of it spent compiling, for the console and the report:
+    ``"163.5 s (96.1 s compiling, 59%)"``, ``"2.3 s"`` without ``compile_s``, ``"?"`` without ``wall_s``."""
+    wall, compile_s = provenance.get("wall_s"), provenance.get("compile_s")
+    if not isinstance(wall, (int, float)):
+        return "?"
+    if not isinstance(compile_s, (int, float)) or wall <= 0:
+        return f"{wall:.1f} s"
+    return f"{wall:.1f} s ({compile_s:.1f} s compiling, {compile_s / wall:.0%})"

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from experiments import checks, cli, io, registry, sweep
+from experiments import checks, cli, io, registry, results, sweep
 from experiments.registry import Study, Summary
 
 RESULT_KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
@@ -160,7 +160,9 @@ def test_run_writes_the_result_contract(toys, tmp_path, capsys):
     assert rows[0] == "model,seed,step,loss,grad_norm" and len(rows) == 1 + 3 * 4
     model, seed, step, loss, grad = rows[1 + 4 * 2 + 1].split(",")  # seed 2, step 2
     assert (model, seed, step) == ("toy", "2", "2") and float(loss) == pytest.approx(0.25 * 3)
-    assert "PASS  final_loss_small" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "PASS  final_loss_small" in out
+    assert f"toy.train: 2/2 checks passed in {results.wall_text(res['provenance'])}" in out  # with its compile share
 
 
 def test_config_file_then_set(toys, tmp_path):
@@ -297,6 +299,18 @@ def test_report_headline_sections_and_corrupt_result(toys, tmp_path, capsys):
     assert "| blowup | non-finite |  |" in lines and "| final_loss | 0.9841 | 1.5 |" in lines
     assert "![curve](toy.train/curve.png)" in lines
     assert "| seed | final |" in lines  # table.csv
+    train = _result(tmp_path / "toy.train")
+    assert f"quick size · 2/2 checks pass · {results.wall_text(train['provenance'])} wall" in lines
+
+
+@pytest.mark.parametrize("provenance, text", [
+    ({"wall_s": 163.46, "compile_s": 96.1}, "163.5 s (96.1 s compiling, 59%)"),
+    ({"wall_s": 2.3}, "2.3 s"),  # a result without compile_s (written before it existed)
+    ({"wall_s": 0.0, "compile_s": 0.0}, "0.0 s"),
+    ({}, "?"),
+])
+def test_wall_text(provenance, text):
+    assert results.wall_text(provenance) == text
 
 
 def test_bench_writes_bench_json(toys, tmp_path, capsys):
