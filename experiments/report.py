@@ -105,7 +105,8 @@ def _details(result: dict[str, Any]) -> list[str]:
     lines += [_row([cell(c["name"]), cell(c["value"]), cell(c["target"]), _verdict(c)]) for c in result["checks"]]
     overrides = ", ".join(f"`{o['field']}={json.dumps(o['value'])}`" for o in result.get("overrides", [])) or "none"
     p = result["provenance"]
-    prov = " · ".join(f"{k} {cell(p[k])}" for k in ("git", "jax", "backend", "devices", "processes") if k in p)
+    prov = " · ".join([f"{k} {cell(p[k])}" for k in ("git", "jax", "backend", "devices", "processes") if k in p]
+                      + [f"`{name}={value}`" for name, value in p.get("environment", {}).items()])
     lines += ["", f"Overrides: {overrides}", "", "Config:", "", "```json",
               json.dumps(result["config"], indent=1), "```", "", f"Provenance: {prov}", "", "</details>", ""]
     return lines

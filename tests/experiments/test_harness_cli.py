@@ -301,6 +301,8 @@ def test_report_headline_sections_and_corrupt_result(toys, tmp_path, capsys):
     assert "| seed | final |" in lines  # table.csv
     train = _result(tmp_path / "toy.train")
     assert f"quick size · 2/2 checks pass · {results.wall_text(train['provenance'])} wall" in lines
+    provenance = next(line for line in lines if line.startswith("Provenance: git "))
+    assert provenance.endswith(f"`XLA_FLAGS={os.environ['XLA_FLAGS']}`")  # how the numbers were computed
 
 
 @pytest.mark.parametrize("provenance, text", [
