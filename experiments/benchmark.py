@@ -14,6 +14,17 @@ from jax.extend.core import jaxprs_in_params
 __all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_alternating", "time_call", "time_python"]
 
 
+def _seconds(call: Callable[[], Any]) -> float:
+    """Wall seconds of one call of ``call``, waited for with ``block_until_ready``."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    return time.perf_counter() - t0
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    return {"mean_s": sum(times) / len(times), "min_s": min(times), "calls": len(times)}
+
+
 def _repeat(call: Callable[[], Any], repeats: int, min_total_s: float = 0.0) -> dict[str, float]:
     """Seconds of ``repeats`` calls of ``call`` (each waited for with ``block_until_ready``), and of
     more calls while the calls so far have taken less than ``min_total_s`` in all: a program of
@@ -23,10 +34,8 @@ def _repeat(call: Callable[[], Any], repeats: int, min_total_s: float = 0.0) -> 
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     times: list[float] = []
     while len(times) < repeats or sum(times) < min_total_s:
-        t0 = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t0)
-    return {"mean_s": sum(times) / len(times), "min_s": min(times), "calls": len(times)}
+        times.append(_seconds(call))
+    return _summary(times)
 
 
 def time_call(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str, float]:
@@ -58,10 +67,8 @@ def time_alternating(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[s
     times: dict[str, list[float]] = {name: [] for name in calls}
     for r in range(rounds):
         for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
-            t0 = time.perf_counter()
-            jax.block_until_ready(calls[name]())
-            times[name].append(time.perf_counter() - t0)
-    return {name: {"mean_s": sum(t) / len(t), "min_s": min(t), "calls": len(t)} for name, t in times.items()}
+            times[name].append(_seconds(calls[name]))
+    return {name: _summary(t) for name, t in times.items()}
 
 
 def peak_mb(compiled) -> float:

@@ -1,7 +1,7 @@
 """How much knowing the hidden regime could lower the expert KL on ``uat.markets``' synthetic markets,
 and how much of the regime a linear decoder reads from the indicators (Vanilla-TF's input) with and
-without the realised returns (what UAT's feedback adds). numpy only, no model is trained; the
-numbers are in docs/uat.md section 20.
+without the realised returns (what UAT's feedback adds), with the study's expert allocation and KL
+(``uat_jax.markets``); no model is trained; the numbers are in docs/uat.md section 20.
 
     python docs/analysis/markets_regime_power.py 1 3 6     # regime drift scales
 
@@ -25,21 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from experiments.studies.uat.markets import QUICK, SYNTHETIC
+from uat_jax import markets
 from uat_jax import markets_data as md
 
-TAU = 0.01
 EMA_DECAY = 0.8
 
 
-def expert(returns: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """pi* [D, N + 1]: softmax of (0, R_d) / tau over cash and the active assets."""
-    z = np.concatenate([np.zeros((len(returns), 1)), returns[:, mask]], 1) / TAU
-    p = np.exp(z - z.max(1, keepdims=True))
-    return p / p.sum(1, keepdims=True)
-
-
-def mean_kl(p: np.ndarray, q: np.ndarray) -> float:
-    return float(np.mean(np.sum(p * (np.log(np.maximum(p, 1e-300)) - np.log(q)), 1)))
+def mean_kl(expert: np.ndarray, q: np.ndarray, mask: np.ndarray) -> float:
+    """Mean over days of the study's KL(pi*_d || q_d) over the active slots (``markets.kl_to_expert``;
+    q is 0 on the padded slots, which it masks)."""
+    return float(np.mean(markets.kl_to_expert(expert, np.log(np.where(q > 0, q, 1.0)), mask)))
 
 
 def lda(x: np.ndarray, y: np.ndarray, k: int):
@@ -59,7 +54,8 @@ def split_inputs(split: md.MarketSplit, mask: np.ndarray, truth: np.ndarray) -> 
     for t, r in enumerate(realised):
         acc = EMA_DECAY * acc + (1 - EMA_DECAY) * r
         ema[t] = acc
-    return {"pi": expert(split.returns, mask), "y": target_regime, "indicators": indicators,
+    expert = markets.expert_allocation(split.returns, mask, QUICK.expert_temperature)  # [D, N_max + 1]
+    return {"pi": np.asarray(expert), "y": target_regime, "indicators": indicators,
             "indicators+returns": np.column_stack([indicators, 100 * realised, 100 * ema])}
 
 
@@ -80,11 +76,11 @@ def market_rows(scale: float) -> list[dict]:
             constant = train["pi"].mean(0)
             per_regime = np.stack([train["pi"][train["y"] == c].mean(0) if np.any(train["y"] == c) else constant
                                    for c in range(k)])
-            row = {"market": m.name, "constant": mean_kl(test["pi"], constant[None]),
-                   "oracle": mean_kl(test["pi"], per_regime[test["y"]])}
+            row = {"market": m.name, "constant": mean_kl(test["pi"], constant[None], m.mask),
+                   "oracle": mean_kl(test["pi"], per_regime[test["y"]], m.mask)}
             for name in ("indicators", "indicators+returns"):
                 predicted = lda(train[name], train["y"], k)(test[name])
-                row[name] = mean_kl(test["pi"], per_regime[predicted])
+                row[name] = mean_kl(test["pi"], per_regime[predicted], m.mask)
                 row[f"{name}_acc"] = float(np.mean(predicted == test["y"]))
             row["base_acc"] = float(np.bincount(test["y"], minlength=k).max() / len(test["y"]))
             rows.append(row)
