@@ -32,10 +32,10 @@ def test_bad_values_are_config_errors(field, value):
 
 def test_segment_length_and_evaluation_points():
     config = study.QUICK
-    assert config.segment_len == 6  # longest oracle episode at size 9: 2 * 6 + 3 = 15 steps, 16 <= 18
+    assert config.segment_len == 6  # longest oracle episode at size 15: 2 * 12 + 3 = 27 steps, 28 <= 5 * 6
     dt = config.train_config("DT")
-    assert dt.model.segment_len == 6 and dt.num_segments == 3 and dt.model.num_mem_tokens == 0
-    assert config.eval_points()[:2] == ((9, True), (11, True)) and len(config.eval_points()) == 10
+    assert dt.model.segment_len == 6 and dt.num_segments == 5 and dt.model.num_mem_tokens == 0
+    assert config.eval_points()[:2] == ((15, True), (11, True)) and len(config.eval_points()) == 10
     params = config.eval_params()
     assert params.size.shape == (10 * config.eval_episodes,) and int(params.time_limit[0]) == 96
 
