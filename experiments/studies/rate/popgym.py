@@ -263,5 +263,5 @@ STUDY = register(Study(
     summary="RATE vs DT/RMT/TrXL on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
     config_type=PopgymStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=170,
+    quick_s=110,
 ))

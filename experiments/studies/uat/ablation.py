@@ -168,5 +168,5 @@ STUDY = register(Study(
     summary="Table 4/5 ablations of UAT on DarkRoom (no-action ... no-bias)",
     config_type=AblationConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=170,
+    quick_s=85,
 ))

@@ -206,5 +206,5 @@ STUDY = register(Study(
     summary="UAT - VT gap as the fed rewards degrade (noise, null, shuffle, sign flip)",
     config_type=BoundaryConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", traced=TRACED, compute_sweep=compute_sweep,
-    quick_s=160,
+    quick_s=80,
 ))

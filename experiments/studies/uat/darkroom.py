@@ -204,5 +204,5 @@ STUDY = register(Study(
     summary="UAT vs VT / A-DT / DT-style / GTrXL on DarkRoom, three goal schedules (Table 1 A)",
     config_type=DarkroomConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=345,
+    quick_s=125,
 ))

@@ -275,5 +275,5 @@ STUDY = register(Study(
             "(Table 1 D, Figure 1)",
     config_type=RecsysStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=210,
+    quick_s=120,
 ))

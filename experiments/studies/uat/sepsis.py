@@ -253,5 +253,5 @@ STUDY = register(Study(
     summary="UAT vs VT / A-DT / DT-style / GTrXL / TENT / CoTTA on non-stationary sepsis (Table 1 B, Figures 3-4)",
     config_type=SepsisConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=150,
+    quick_s=125,
 ))
