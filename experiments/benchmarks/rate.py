@@ -56,6 +56,11 @@ def _seeds_vmapped_vs_looped(tcfg: rate_jax.TrainConfig, seeds: int, steps: int,
     return {"compile_s": compile_s, "vmapped_s": v, "looped_s": looped, "looped_over_vmapped": looped / v}
 
 
+def _quick_train_config() -> rate_jax.TrainConfig:
+    """``rate.tmaze --quick``'s RATE training config, ``QUICK_STEPS`` steps per timed call."""
+    return dataclasses.replace(tmaze_study.QUICK.train_config("RATE"), num_steps=QUICK_STEPS)
+
+
 def _log(msg: str) -> None:
     print(f"[rate.tmaze bench] {msg}", file=sys.stderr, flush=True)
 
@@ -107,8 +112,8 @@ def tmaze(out_dir) -> dict:
 
     authors_seeds = _seeds_vmapped_vs_looped(tcfg, seeds, steps=1, rounds=2)
     _log(f"train step of the authors' configuration, {seeds} seeds: {authors_seeds}")
-    quick_cfg = dataclasses.replace(tmaze_study.QUICK.train_config("RATE"), num_steps=QUICK_STEPS)
-    quick_seeds = _seeds_vmapped_vs_looped(quick_cfg, tmaze_study.QUICK.seeds, steps=QUICK_STEPS, rounds=QUICK_ROUNDS)
+    quick_seeds = _seeds_vmapped_vs_looped(_quick_train_config(), tmaze_study.QUICK.seeds, steps=QUICK_STEPS,
+                                           rounds=QUICK_ROUNDS)
     _log(f"{QUICK_STEPS} train steps of rate.tmaze --quick's RATE, {tmaze_study.QUICK.seeds} seeds: {quick_seeds}")
     return {
         "config": dataclasses.asdict(BENCH_MODEL) | {"batch": 64, "trajectory_steps": 150, "seeds": seeds},
