@@ -1,21 +1,15 @@
 """docs/analysis/markets_regime_power.py (docs/uat.md section 20): its linear discriminant by hand, and the
 two findings the section draws from it at the quick regime drift and at six times it."""
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "analysis" / "markets_regime_power.py"
+from doc_scripts import load
 
 
 @pytest.fixture(scope="module")
 def power():
-    spec = importlib.util.spec_from_file_location("markets_regime_power", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("markets_regime_power")
 
 
 def test_lda_boundary_by_hand(power):

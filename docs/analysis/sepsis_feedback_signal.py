@@ -1,0 +1,79 @@
+"""How much one fed reward tells about the hidden regime on ``uat.sepsis``' simulator (``uat_jax.sepsis``,
+docs/uat.md sections 15 and 21); no model is trained.
+
+    python docs/analysis/sepsis_feedback_signal.py            # the quick horizon, resistance on and off
+
+For each treatment cluster c, ``EPISODES`` episodes of ``HORIZON`` steps are played choosing c at every
+step (fresh patients and regime schedules, as the study's episodes), and the rewards are grouped by the
+regime acting on the step. Printed per cluster and regime: the mean and standard deviation of the whole
+reward (terminal +-1 included: what UAT and A-DT are fed) and of the dense part alone (non-terminal
+steps). Then, per cluster, the largest separation of two regimes' reward distributions,
+d' = |mean_k - mean_j| / sqrt((var_k + var_j) / 2) over regime pairs (``separation``): a reader that
+averages n rewards of one cluster separates two regimes by about d' sqrt(n) standard deviations, so
+telling them apart at 2 standard deviations takes about (2 / d')^2 steps. Resistance (efficacy x 0.8
+per use after the third in a row) is the simulator's; ``--no-resistance`` switches it off, the most
+the reward can say under fresh efficacy.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+
+import jax
+import numpy as np
+
+from uat_jax import sepsis
+
+HORIZON = 60  # uat.sepsis --quick
+EPISODES = 2000
+
+
+def separation(rewards: np.ndarray, regimes: np.ndarray) -> float:
+    """Largest d' = |mean_k - mean_j| / sqrt((var_k + var_j) / 2) over pairs of regimes present."""
+    stats = [(rewards[regimes == k].mean(), rewards[regimes == k].var()) for k in np.unique(regimes)]
+    return max(abs(a[0] - b[0]) / np.sqrt((a[1] + b[1]) / 2) for a, b in itertools.combinations(stats, 2))
+
+
+def fixed_cluster_rewards(cluster: int, params: sepsis.EnvParams, episodes: int, key: jax.Array):
+    """(reward, regime, terminated) [episodes, horizon] of playing ``cluster`` at every step."""
+
+    def episode(k):
+        k_reset, k_steps = jax.random.split(k)
+        _, state = sepsis.reset(k_reset, params)
+
+        def body(s, ks):
+            _, s, reward, _, info = sepsis.step(ks, s, cluster, params)
+            return s, (reward, info["regime"], info["terminated"])
+
+        return jax.lax.scan(body, state, jax.random.split(k_steps, params.horizon))[1]
+
+    return tuple(np.asarray(x) for x in jax.jit(jax.vmap(episode))(jax.random.split(key, episodes)))
+
+
+def cluster_rows(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int = 0) -> list[dict]:
+    """Per cluster: the reward statistics per regime and the separations d' of the whole and dense rewards."""
+    rows = []
+    for c in range(sepsis.N_ACTIONS):
+        reward, regime, terminated = fixed_cluster_rewards(c, params, episodes, jax.random.key(seed + c))
+        dense = ~terminated
+        row = {"cluster": c, "d_whole": separation(reward.ravel(), regime.ravel()),
+               "d_dense": separation(reward[dense], regime[dense])}
+        for k, name in enumerate(sepsis.REGIMES):
+            on, on_dense = regime == k, (regime == k) & dense
+            row[name] = (reward[on].mean(), reward[on].std(), reward[on_dense].mean(), reward[on_dense].std())
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    knobs = {"resistance_decay": 1.0} if "--no-resistance" in argv else {}
+    params = sepsis.make_params(horizon=HORIZON, **knobs)
+    print(f"resistance {'off' if knobs else 'on'}, T = {HORIZON}, {EPISODES} episodes per cluster")
+    print("cluster | " + " | ".join(f"{name}: whole (dense)" for name in sepsis.REGIMES) + " | d' whole, dense")
+    for row in cluster_rows(params):
+        cells = [f"{m:+.3f}±{s:.3f} ({dm:+.3f}±{ds:.3f})" for m, s, dm, ds in (row[n] for n in sepsis.REGIMES)]
+        print(f"{row['cluster']} | " + " | ".join(cells) + f" | {row['d_whole']:.2f}, {row['d_dense']:.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
