@@ -2,27 +2,27 @@
 optimisation, and every ``run`` keeps its compiled programs in a persistent cache.
 
 A quick study is small, so compiling its programs is a large share of its wall time
-(``compile_s`` in its ``result.json``). Quick runs add three XLA flags (``FAST_COMPILE``):
+(``compile_s`` in its ``result.json``). Quick runs add two XLA flags (``FAST_COMPILE``):
 ``--xla_llvm_disable_expensive_passes=true`` drops the costly LLVM optimisation passes of
 XLA's CPU backend (on the UAT training cell at the CPU size it compiles about a quarter
-faster and runs about 5% slower), ``--xla_backend_optimization_level=1`` has LLVM
+faster and runs about 5% slower), and ``--xla_backend_optimization_level=1`` has LLVM
 optimise at its O1 level instead of O2 (measured alone on 2 idle cores, with the first flag
 set and the compilation cache off: ``uat.darkroom --quick`` 109 -> 83 s, compiling 58 ->
 39 s; ``uat.sepsis`` 110 -> 83 s; ``rate.tmaze``, whose run time dominates, 124 -> 104 s; every
-metric of the three the same to the bit), and ``--xla_cpu_use_fusion_emitters=false`` emits
-fused elementwise code with XLA's older loop emitters instead of its MLIR fusion emitters
-(measured the same way on 2026-12-05, with the first two flags set: ``uat.darkroom --quick``
-82 -> 77 s, compiling 37 -> 30 s; ``rate.tmaze`` 112 -> 110 s, XLA's backend compiling 36 ->
-28 s, so its run time did not grow). The first flag alone computes the same bits as XLA's
+metric of the three the same to the bit). The first flag alone computes the same bits as XLA's
 defaults; at O1 a float may differ in its last bit (a sum rounded in another order: on the
-test's training step one parameter's gradient, by 1 unit in the last place), and with the
-older emitters by a few more (the fused code rounds differently: on that step at most 21 units
-in the last place of one small parameter, 9e-8 of its array's scale;
-``tests/experiments/test_compile_flags.py`` runs the step every way). Over a training run
-such differences grow like any other rounding change: ``rate.minigrid_memory``'s two judged
-margins read +0.33 and +0.25 without the third flag, +0.375 and +0.20 with it.
-Full runs, benchmarks and every other verb keep XLA's defaults. A user who sets any of these
-flags in ``XLA_FLAGS`` (to any value) keeps theirs.
+test's training step one parameter's gradient, by 1 unit in the last place), which the studies'
+metrics above did not show (``tests/experiments/test_compile_flags.py`` runs one training step
+all three ways).
+Full runs, benchmarks and every other verb keep XLA's defaults. A user who sets either flag
+in ``XLA_FLAGS`` (to any value) keeps theirs.
+
+Tried and not kept for runs (2026-12-05): ``--xla_cpu_use_fusion_emitters=false`` (XLA's older
+loop emitters for fused elementwise code). Alone on 2 idle cores it took ``uat.darkroom --quick``
+from 82 to 77 s (compiling 37 -> 30 s), but ``rate.minigrid_memory``'s run from 166 to 183 s
+(its compile time unchanged), and ``make run`` with it took 15 min 25 s against 15 min 17 s
+without. The test suite, where compiling is nearly all the time, does use it
+(``tests/conftest.py``).
 
 Compilation cache: ``run`` sets JAX's persistent compilation cache to ``OUT/.jax_cache``
 (``JAX_COMPILATION_CACHE_DIR``; ``OUT`` the ``--out`` folder), so a program compiled once
@@ -43,8 +43,7 @@ from __future__ import annotations
 import os
 from typing import MutableMapping, Sequence
 
-FAST_COMPILE = (("--xla_llvm_disable_expensive_passes", "true"), ("--xla_backend_optimization_level", "1"),
-                ("--xla_cpu_use_fusion_emitters", "false"))
+FAST_COMPILE = (("--xla_llvm_disable_expensive_passes", "true"), ("--xla_backend_optimization_level", "1"))
 CACHE_DIR = ".jax_cache"
 CACHE_MAX_BYTES = 4 * 2**30
 
