@@ -6,8 +6,9 @@ Baselines that share code with UAT are configurations of the same module: ``kind
 selects how tokens are built and which residual is used; the six ablations of
 Table 4 are switches on ``kind="uat"``.
 
-The switched family (``SWITCHED``: UAT, its six ablations and Vanilla-TF, which is UAT
-with both modulated pathways off) can also be one model whose switches are traced:
+The switched family (``SWITCHED``: UAT, its six ablations, Vanilla-TF, which is UAT
+with both modulated pathways off, and A-DT, which is Vanilla-TF with the fed pair
+concatenated to its observation) can also be one model whose switches are traced:
 ``traced_variant=True`` builds the union of the family's parameters, and the
 ``variant`` index given to ``model.DecisionTransformer`` picks the member at run time
 (its row of :func:`switch_table`), so a study trains every member in one program.
@@ -28,11 +29,12 @@ memory, GRU-gated residual, identity-map reordering; ``uat_jax.gtrxl``)."""
 ABLATIONS = ("no_action", "no_reward", "linear", "no_q", "no_kv", "no_bias")
 """Table 4 variants, in the order of Table 5."""
 
-SWITCHED = ("uat",) + ABLATIONS + ("vt",)
+SWITCHED = ("uat",) + ABLATIONS + ("vt", "adt")
 """The models a ``traced_variant`` UAT can run as (index = the ``variant`` leaf)."""
 
-SWITCHES = ("use_action", "use_reward", "linear", "modulate_q", "modulate_kv", "utility_bias")
-"""Columns of :func:`switch_table`: 1 where the member has the component, 0 where not."""
+SWITCHES = ("use_action", "use_reward", "linear", "modulate_q", "modulate_kv", "utility_bias", "input_feedback")
+"""Columns of :func:`switch_table`: 1 where the member has the component, 0 where not
+(``input_feedback``: the fed pair is part of the token's input, A-DT's channel)."""
 
 
 def _check_positive(name: str, value: int | float) -> None:
@@ -162,7 +164,7 @@ def member(base: ModelConfig, name: str) -> ModelConfig:
     uat = dataclasses.replace(base, traced_variant=False)
     if name == "uat":
         return uat
-    return dataclasses.replace(uat, kind="vt") if name == "vt" else ablation(uat, name)
+    return dataclasses.replace(uat, kind=name) if name in ("vt", "adt") else ablation(uat, name)
 
 
 def variant_index(name: str) -> jax.Array:
@@ -175,10 +177,11 @@ def variant_index(name: str) -> jax.Array:
 
 def switch_table() -> np.ndarray:
     """[len(SWITCHED), len(SWITCHES)] float32: row i holds the ``SWITCHES`` of member i
-    (Vanilla-TF: neither pathway modulated, so the utility encoder is never read)."""
+    (Vanilla-TF and A-DT: neither pathway modulated, so the utility encoder is never read)."""
     rows = []
     for name in SWITCHED:
         cfg = member(ModelConfig(), name)
         rows.append([cfg.use_action, cfg.use_reward, cfg.encoder == "linear",
-                     cfg.has_utility and cfg.modulate_q, cfg.has_utility and cfg.modulate_kv, cfg.utility_bias])
+                     cfg.has_utility and cfg.modulate_q, cfg.has_utility and cfg.modulate_kv, cfg.utility_bias,
+                     cfg.kind == "adt"])
     return np.asarray(rows, np.float32)

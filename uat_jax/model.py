@@ -29,16 +29,20 @@ The module maps one chunk of n environment steps (obs, a_{j-1}, r_{j-1}) and a
 the causally masked parallel forward pass; one step at a time is causal inference.
 
 A ``cfg.traced_variant`` model is the union of the ``config.SWITCHED`` family (UAT, its
-Table 4 ablations, Vanilla-TF), run as member ``variant`` (a traced int): the switches
+Table 4 ablations, Vanilla-TF, A-DT), run as member ``variant`` (a traced int): the switches
 become 0/1 multipliers (``utility.Switches``) on f_a(a), r, the Q-pathway regime state
-(so rho = 0), the KV-pathway utility (so g = 0) and the U gate terms, and the encoder
-output is selected between the MLP and the linear map. A 1 multiplies by exactly 1.0, a
-0 gives exactly the zero gates of the static switch (q = W_Q x, k = W_K x, v = W_V x at
-g = rho = 0, Vanilla-TF's attention), so member i computes what the static member
-computes. The parameters a member lacks exist but have no effect and get zero
+(so rho = 0), the KV-pathway utility (so g = 0), the U gate terms and the fed pair in the
+token's input (A-DT's), and the encoder output is selected between the MLP and the linear
+map. A 1 multiplies by exactly 1.0, a 0 gives exactly the zero gates of the static switch
+(q = W_Q x, k = W_K x, v = W_V x at g = rho = 0, Vanilla-TF's attention) and zero feedback
+columns in the token's input (so W^E [o; 0; 0] = W^E_o o, the observation-only embedding), so
+member i computes what the static member computes, up to the rounding of those zero terms.
+The parameters a member lacks exist but have no effect and get zero
 gradient (AdamW only decays them); they are not parameters of the member and count in
 no reported parameter count. :func:`init_params` gives every parameter the member has
-the value the static member's initialisation gives it (same key, same routing).
+the value the static member's initialisation gives it (same key, same routing); a member
+without A-DT's input gets its static observation embedding and zero rows for the feedback
+columns, which then stay zero (no gradient reaches them, and AdamW decays zero to zero).
 """
 from __future__ import annotations
 
@@ -118,7 +122,7 @@ class DecisionTransformer(nn.Module):
         chex.assert_shape(prev_reward, (n,))
         chex.assert_shape(prev_action, (n,) if jnp.issubdtype(prev_action.dtype, jnp.integer) else (n, cfg.n_actions))
         prev_reward = prev_reward.astype(obs.dtype)
-        tokens, reward_sum = self._tokens(obs, prev_action, prev_reward, cache.reward_sum)
+        tokens, reward_sum = self._tokens(obs, prev_action, prev_reward, cache.reward_sum, sw)
         k = cfg.tokens_per_step
         positions = cache.step * k + jnp.arange(n * k)
         pos_table = self.param("pos_embed", nn.initializers.normal(0.02), (cfg.context, cfg.d_model))
@@ -154,14 +158,17 @@ class DecisionTransformer(nn.Module):
                              f"traced_variant={self.cfg.traced_variant}, variant={self.variant!r}")
         return None if self.variant is None else Switches.of(self.variant)
 
-    def _tokens(self, obs, prev_action, prev_reward, reward_sum):
-        """Token embeddings [n * k, d] before positions, and the updated reward sum."""
+    def _tokens(self, obs, prev_action, prev_reward, reward_sum, sw):
+        """Token embeddings [n * k, d] before positions, and the updated reward sum. The traced
+        union embeds A-DT's input for every member, the fed pair times the member's
+        ``input_feedback`` switch (0: the observation alone, as Vanilla-TF and UAT embed it)."""
         cfg = self.cfg
         embed = lambda name, z: nn.Dense(cfg.d_model, name=name)(z)
         onehot = action_vector(prev_action, cfg.n_actions)
         rtg = returns_to_go(prev_reward, reward_sum, cfg.dt_target_return)
-        if cfg.kind == "adt":
-            tok = embed("obs_embed", jnp.concatenate([obs, onehot, prev_reward[:, None]], -1))
+        if cfg.kind == "adt" or sw is not None:
+            fed = switched(sw, "input_feedback", jnp.concatenate([onehot, prev_reward[:, None]], -1))
+            tok = embed("obs_embed", jnp.concatenate([obs, fed], -1))
         elif cfg.kind == "dt":
             tok = jnp.stack([embed("action_embed", onehot), embed("rtg_embed", rtg[:, None]),
                              embed("obs_embed", obs)], axis=1).reshape(-1, cfg.d_model)
@@ -219,7 +226,10 @@ def init_params(model: DecisionTransformer, key: jax.Array):
     union's initialisation, with the parameters of ``REDRAWN`` replaced by the value that
     member ``model.variant``'s static initialisation from the same key gives them (each
     such member is initialised and the variant's row selected, so ``variant`` may be
-    traced): every parameter the member has is its static initialisation."""
+    traced), and the observation embedding of every member but A-DT replaced by its static
+    one (UAT's draw over the observation columns) padded with zero rows for the feedback
+    columns (A-DT's draw is the union's: same module, shape and fan-in): every parameter
+    the member has is its static initialisation."""
     cfg = model.cfg
     T = cfg.horizon
     args = (jnp.zeros((T, cfg.obs_dim)), jnp.zeros(T, jnp.int32), jnp.zeros(T), init_cache(cfg))
@@ -233,4 +243,7 @@ def init_params(model: DecisionTransformer, key: jax.Array):
         if any(path[-1] in names for names in REDRAWN.values()):
             rows = [own[name][path] if path[-1] in REDRAWN.get(name, ()) else flat[path] for name in SWITCHED]
             flat[path] = jnp.stack(rows)[model.variant]
+    path = ("params", "obs_embed", "kernel")
+    observation_only = jnp.zeros_like(flat[path]).at[:cfg.obs_dim].set(own["no_q"][path])
+    flat[path] = jnp.where(model.variant == SWITCHED.index("adt"), flat[path], observation_only)
     return traverse_util.unflatten_dict(flat)

@@ -39,6 +39,7 @@ class Switches:
     modulate_q: jax.Array
     modulate_kv: jax.Array
     utility_bias: jax.Array
+    input_feedback: jax.Array
 
     @classmethod
     def of(cls, variant: jax.Array) -> Switches:

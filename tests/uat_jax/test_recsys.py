@@ -139,7 +139,7 @@ def test_bad_configs(data):
     with pytest.raises(ValueError, match="corruption"):
         recsys.RecsysTask.make(1, "gaussian")
     with pytest.raises(ValueError, match="variant"):
-        recsys.RecsysTask.make(1, variant="adt")
+        recsys.RecsysTask.make(1, variant="dt")
     cfg = recsys.train_config(dataclasses.replace(SIZE, batch_size=1000), data.n_items, kind="vt")
     with pytest.raises(ValueError, match="training windows"):
         recsys.make_train(cfg)(jax.random.key(0), recsys.RecsysTask.make(1), recsys.data_arrays(data))

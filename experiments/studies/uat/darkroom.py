@@ -6,8 +6,8 @@ rollout-then-optimize on DarkRoom under the three goal schedules (gradual, abrup
 cyclic) and evaluated by greedy causal inference: per-step accuracy against the oracle
 action and navigation efficiency, seed mean and std (section 6, Appendix C; the model
 and training are ``uat_jax``'s, derivations in ``docs/uat.md``). UAT and VT are one
-vmapped program over models x schedules x seeds (VT is the switched UAT with both
-pathways off, ``uat_jax.model``), A-DT, DT-style and GTrXL one program each over
+vmapped program over models x schedules x seeds with A-DT (VT is the switched UAT with both
+pathways off, A-DT VT with the fed pair in its input, ``uat_jax.model``), DT-style and GTrXL one program each over
 schedules x seeds (``uat_jax.cells``); seed ``s`` of every schedule and model uses the
 same key. The test-time adaptation baselines TENT and CoTTA (``uat_jax.tta``) are the
 trained VT cells adapted online over their evaluation episodes (one further program;

@@ -8,8 +8,8 @@ allocation with L_KL, and evaluated per market on its held-out windows: each win
 allocation earns the next day's return, giving one return per test date, from which the
 annualised Sharpe ratio and CAGR follow (``uat_jax.markets``; data: ``uat_jax.markets_data``;
 derivations in ``docs/uat.md`` §16 and §20). UAT and Vanilla-TF (VT, the switched UAT with both
-pathways off) and UAT fed null rewards are one vmapped program; A-DT, DT-style and GTrXL one
-program each; seed ``s`` of every model uses the same key. The data are one replicated argument
+pathways off), A-DT (VT with the fed pair in its input) and UAT fed null rewards are one vmapped
+program; DT-style and GTrXL one program each; seed ``s`` of every model uses the same key. The data are one replicated argument
 of every program (``sweep_map(shared=...)``).
 
 Data: ``data_dir`` names a folder of market sub-folders of daily OHLCV CSVs (Yahoo or AkShare

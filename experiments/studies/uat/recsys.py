@@ -12,8 +12,9 @@ SASRec (``uat_jax.sasrec``, Kang & McAuley, arXiv 1808.09781; the paper's Domain
 row, in no check (``--set sasrec=false`` drops it). The main setting is d = 1. The boundary sweep (D.2, Figure 1) retrains UAT and VT at each
 delay of ``delays`` and, at d = 1, under each corruption of ``corruptions`` (null: zeros;
 shuffled: a uniform past delayed reward; adversarial: -r~). UAT, VT and their boundary
-conditions are one vmapped program (VT is the switched UAT with both pathways off,
-``uat_jax.model``); A-DT, DT-style and GTrXL one program each; seed ``s`` of every
+conditions and A-DT are one vmapped program (VT is the switched UAT with both pathways off,
+A-DT Vanilla-TF with the fed pair in its input, ``uat_jax.model``); DT-style and GTrXL one
+program each; seed ``s`` of every
 condition and model uses the same key. The dataset is one replicated argument of every
 program (``sweep_map(shared=...)``).
 

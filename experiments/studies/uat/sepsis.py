@@ -9,8 +9,9 @@ per T = 90 episode, treatment resistance and the regime-aware expert; every read
 departure in that module's docstring and ``docs/uat.md`` §15) and evaluated by greedy causal
 inference on fresh patients: overall accuracy against the expert, accuracy per regime, post-shift
 accuracy (the first 5 steps after each switch, C.3) and the recovery curve (accuracy k steps after
-a switch, Figure 4). UAT and VT are one vmapped program over models x seeds (VT is the switched UAT
-with both pathways off), every other model one program over seeds; seed ``s`` of every model uses
+a switch, Figure 4). UAT, VT and A-DT are one vmapped program over models x seeds (VT is the switched
+UAT with both pathways off, A-DT VT with the fed pair in its input), DT-style and GTrXL one program
+each over seeds; seed ``s`` of every model uses
 the same key, so all play the same patients and regime schedules. TENT and CoTTA (``uat_jax.tta``)
 adapt the trained VT cells online over their evaluation episodes (they see observations only,
 C.2). At full size UAT is also trained and evaluated fed null rewards (``uat_null``;

@@ -2,9 +2,9 @@
 ``uat.recsys``): not a study itself.
 
 :func:`train_models` compiles one program per distinct model structure: the members of
-the switched family (``uat_jax.config.SWITCHED``: UAT, its Table 4 ablations and
-Vanilla-TF) that a study trains share one ``traced_variant`` program, the member being
-an array leaf of each task; every other kind (A-DT, DT-style, GTrXL) is its own program.
+the switched family (``uat_jax.config.SWITCHED``: UAT, its Table 4 ablations, Vanilla-TF
+and A-DT) that a study trains share one ``traced_variant`` program, the member being
+an array leaf of each task; every other kind (DT-style, GTrXL) is its own program.
 Test-time adaptation baselines (TENT, CoTTA: ``uat_jax.tta``) adapt the trained
 Vanilla-TF cells in one further program (``adapt``). A domain other than DarkRoom
 (``uat_jax.domains``) passes its environment parameters ``env``: one replicated argument of
