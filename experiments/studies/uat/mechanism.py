@@ -70,6 +70,9 @@ makes them different networks), the judged quick run gives, on the cells of the 
 ``uat.darkroom`` run (UAT 0.879, VT 0.373 on fixed-goal episodes): recovery +0.072 FAILS (UAT
 0.47 on the recovered steps, VT 0.40; UAT's segments 0.69 / 0.33 / 0.48), modulation +0.053
 passes, reallocation +0.022 fails (UAT 0.369, VT 0.347, base 0.316). The same 1 of 3.
+The recovery margin moves whenever float rounding in ``uat.darkroom``'s program changes (its cells
+are retrained): +0.092 in one ``make run`` on 2026-12-05 (O1) and +0.072 in two later ones that
+day (each with other cells: the modulation margin read +0.052 and +0.056), a fail each time.
 """
 from __future__ import annotations
 
