@@ -25,6 +25,7 @@ import itertools
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from uat_jax import sepsis
@@ -39,29 +40,36 @@ def separation(rewards: np.ndarray, regimes: np.ndarray) -> float:
     return max(abs(a[0] - b[0]) / np.sqrt((a[1] + b[1]) / 2) for a, b in itertools.combinations(stats, 2))
 
 
-def fixed_cluster_rewards(cluster: int, params: sepsis.EnvParams, episodes: int, key: jax.Array):
-    """(reward, regime, terminated) [episodes, horizon] of playing ``cluster`` at every step."""
+def play(params: sepsis.EnvParams, keys: jax.Array, actions: jax.Array):
+    """(obs, next obs, reward, regime, terminated) [episodes, horizon] of playing the clusters ``actions``
+    [episodes, horizon] step by step, whatever happens (open loop), episode i from ``keys[i]``; one program."""
 
-    def episode(k):
-        k_reset, k_steps = jax.random.split(k)
-        _, state = sepsis.reset(k_reset, params)
+    def episode(key, acts):
+        k_reset, k_steps = jax.random.split(key)
+        obs, state = sepsis.reset(k_reset, params)
 
-        def body(s, ks):
-            _, s, reward, _, info = sepsis.step(ks, s, cluster, params)
-            return s, (reward, info["regime"], info["terminated"])
+        def body(carry, step):
+            obs, state = carry
+            key, action = step
+            nxt, state, reward, _, info = sepsis.step(key, state, action, params)
+            return (nxt, state), (obs, nxt, reward, info["regime"], info["terminated"])
 
-        return jax.lax.scan(body, state, jax.random.split(k_steps, params.horizon))[1]
+        return jax.lax.scan(body, (obs, state), (jax.random.split(k_steps, params.horizon), acts))[1]
 
-    return tuple(np.asarray(x) for x in jax.jit(jax.vmap(episode))(jax.random.split(key, episodes)))
+    return tuple(np.asarray(x) for x in jax.jit(jax.vmap(episode))(keys, actions))
 
 
 def cluster_rows(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int = 0) -> list[dict]:
-    """Per cluster: the reward statistics per regime and the separations d' of the whole and dense rewards."""
+    """Per cluster c (its episodes from key seed + c, all clusters in one program): the reward statistics
+    per regime and the separations d' of the whole and dense rewards."""
+    clusters = np.arange(sepsis.N_ACTIONS)
+    keys = jnp.concatenate([jax.random.split(jax.random.key(seed + c), episodes) for c in clusters])
+    actions = np.repeat(clusters, episodes)[:, None] * np.ones(params.horizon, np.int32)
+    _, _, rewards, regimes, terminated = (x.reshape(len(clusters), episodes, -1)
+                                          for x in play(params, keys, actions))
     rows = []
-    for c in range(sepsis.N_ACTIONS):
-        reward, regime, terminated = fixed_cluster_rewards(c, params, episodes, jax.random.key(seed + c))
-        dense = ~terminated
-        row = {"cluster": c, "d_whole": separation(reward.ravel(), regime.ravel()),
+    for c, reward, regime, dense in zip(clusters, rewards, regimes, ~terminated):
+        row = {"cluster": int(c), "d_whole": separation(reward.ravel(), regime.ravel()),
                "d_dense": separation(reward[dense], regime[dense])}
         for k, name in enumerate(sepsis.REGIMES):
             on, on_dense = regime == k, (regime == k) & dense
@@ -71,23 +79,10 @@ def cluster_rows(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int =
 
 
 def reward_r2(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int = 0) -> tuple[float, float]:
-    """Held-out R^2 of the dense reward r_t from (o_t, o_{t+1}): linear, and with squares and products."""
-
-    def episode(key):
-        k_reset, k_steps = jax.random.split(key)
-        obs, state = sepsis.reset(k_reset, params)
-
-        def body(carry, k):
-            obs, state = carry
-            k_act, k_step = jax.random.split(k)
-            nxt, state, reward, _, info = sepsis.step(k_step, state, jax.random.randint(k_act, (), 0, sepsis.N_ACTIONS),
-                                                      params)
-            return (nxt, state), (obs, nxt, reward, info["terminated"])
-
-        return jax.lax.scan(body, (obs, state), jax.random.split(k_steps, params.horizon))[1]
-
-    obs, nxt, reward, terminated = (np.asarray(x) for x in jax.jit(jax.vmap(episode))(
-        jax.random.split(jax.random.key(seed), episodes)))
+    """Held-out R^2 of the dense reward r_t from (o_t, o_{t+1}) over episodes of uniformly random clusters
+    (drawn from key ``seed`` + 1000): linear, and with squares and products."""
+    actions = jax.random.randint(jax.random.key(seed + 1000), (episodes, params.horizon), 0, sepsis.N_ACTIONS)
+    obs, nxt, reward, _, terminated = play(params, jax.random.split(jax.random.key(seed), episodes), actions)
     dense = ~terminated
     o, o2, y = obs[dense], nxt[dense], reward[dense]
     half = len(y) // 2
