@@ -19,8 +19,8 @@ argument (``experiments.sweep.sweep_map(shared=...)``).
 - ``with_setting(env, setting)``: that episode's environment.
 - ``record(state, info, env)``: what the metrics need of one step, read before the step
   (``state``) and from its ``info``. DarkRoom: the Manhattan distance to the goal and
-  whether the step reached it; sepsis: the regime acting and whether it switched at this
-  step.
+  whether the step reached it; sepsis: the regime acting, whether it switched at this step
+  and whether the stay ended at it (death or recovery; the offline log of ``uat_jax.iql``).
 - ``metrics(traj)``: the Appendix C.3 metrics over a batch of episodes (``uat_jax.rollout``);
   sepsis adds the recovery curve of Figure 4, ``recovery`` [RECOVERY_STEPS].
 - ``settings_metrics(settings, env)``: what a study reports of the training episodes' settings
@@ -94,7 +94,8 @@ SEPSIS = Domain(
     name="sepsis", env_type=sepsis.EnvParams, obs_dim=sepsis.OBS_DIM, n_actions=sepsis.N_ACTIONS,
     reset=sepsis.reset, draw_steps=sepsis.draw_steps, transition=sepsis.transition,
     expert=sepsis.expert_action,
-    record=lambda state, info, env: {"regime": info["regime"], "switched": info["switched"]},
+    record=lambda state, info, env: {"regime": info["regime"], "switched": info["switched"],
+                                     "terminated": info["terminated"]},
     setting=lambda env, task, run_key, episode: jnp.zeros((0,), jnp.int32),
     with_setting=lambda env, setting: env,
     metrics=_sepsis_metrics,

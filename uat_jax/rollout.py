@@ -3,7 +3,9 @@
 UAT paper, section 4.3 (rollout-then-optimize; test-time causal inference without
 expert guidance) and Appendix C.3 (metrics). At step t the policy sees o_1..o_t and
 the fed feedback (a_{j-1}, r~_{j-1}) for j <= t through its decode cache; the expert's
-action at the visited state is recorded as the label and never shown to the policy.
+action at the visited state is recorded as the label and never shown to a learned policy
+(:func:`play` runs any policy; :func:`rollout` a model's; only the logging policy of the
+offline baseline ``uat_jax.iql`` reads the expert).
 The domain (``uat_jax.domains``: DarkRoom, sepsis) supplies reset, step, expert and what
 the metrics need of each step (``Trajectory.record``).
 
@@ -42,46 +44,61 @@ class Trajectory:
 class _Carry:
     state: object
     obs: jax.Array
-    cache: DecodeCache
+    policy_state: object
     prev_action: jax.Array
     prev_reward: jax.Array
     rewards: jax.Array
 
 
-def rollout(model: DecisionTransformer, params, key: jax.Array, domain, env,
-            channel: FeedbackChannel, greedy: jax.Array | bool) -> Trajectory:
-    """One episode of the policy ``params`` in ``domain``'s environment ``env`` (a pure
-    function of ``key``); ``greedy`` (traceable) picks argmax actions instead of sampling."""
+def play(policy, policy_state, key: jax.Array, domain, env, channel: FeedbackChannel, greedy: jax.Array | bool,
+         n_actions: int) -> Trajectory:
+    """One episode of ``policy`` in ``domain``'s environment ``env`` (a pure function of ``key``).
+
+    ``policy(policy_state, obs, prev_action, prev_reward, expert) -> (logits [n_actions], policy_state)``
+    acts on o_t and the fed pair (a_{t-1}, r~_{t-1}) (``NO_ACTION`` and 0 at t = 0). ``expert`` is
+    the expert's action at the current state: a learned policy ignores it; only the logging policy
+    of an offline baseline (``uat_jax.iql``) reads it. ``greedy`` (traceable) picks argmax actions
+    instead of sampling."""
     T = env.horizon
-    if model.cfg.horizon != T:
-        raise ValueError(f"model horizon {model.cfg.horizon} != environment horizon {T}")
     k_reset, k_act, k_env, k_fb = jax.random.split(key, 4)
     obs, state = domain.reset(k_reset, env)
     # Every draw of the episode is made before it is played: the sampled action at step t
     # is argmax(logits + gumbel[t]) (= jax.random.categorical(k_act, logits of all steps)),
     # the environment steps with row t of the domain's draw_steps, the feedback is corrupted with noise[t].
-    gumbel = jax.random.gumbel(k_act, (T, model.cfg.n_actions))
+    gumbel = jax.random.gumbel(k_act, (T, n_actions))
     draws = (domain.draw_steps(k_env, env), FeedbackNoise.draw(k_fb, T))
 
     def body(c: _Carry, xs):
         t, g, step_draws, noise = xs
-        logits, cache = model.apply(params, c.obs[None], c.prev_action[None],
-                                    c.prev_reward[None], c.cache)
-        logits = logits[0]
-        action = jnp.argmax(jnp.where(greedy, logits, logits + g)).astype(jnp.int32)
         expert = domain.expert(c.state, env)
+        logits, policy_state = policy(c.policy_state, c.obs, c.prev_action, c.prev_reward, expert)
+        action = jnp.argmax(jnp.where(greedy, logits, logits + g)).astype(jnp.int32)
         obs, state, reward, _, info = domain.transition(step_draws, c.state, action, env)
         rewards = c.rewards.at[t].set(reward)
         fed = corrupt(noise, t, rewards, channel)
         out = (c.obs, action, reward, fed, expert, domain.record(c.state, info, env))
-        return _Carry(state, obs, cache, action, fed, rewards), out
+        return _Carry(state, obs, policy_state, action, fed, rewards), out
 
-    carry = _Carry(state=state, obs=obs, cache=init_cache(model.cfg),
+    carry = _Carry(state=state, obs=obs, policy_state=policy_state,
                    prev_action=jnp.asarray(NO_ACTION, jnp.int32), prev_reward=jnp.zeros(()),
                    rewards=jnp.zeros(T))
     _, (obs_seq, actions, rewards, fed, expert, record) = jax.lax.scan(body, carry, (jnp.arange(T), gumbel, *draws))
     return Trajectory(obs=obs_seq, actions=actions, rewards=rewards, fed_rewards=fed, expert=expert,
                       record=record)
+
+
+def rollout(model: DecisionTransformer, params, key: jax.Array, domain, env,
+            channel: FeedbackChannel, greedy: jax.Array | bool) -> Trajectory:
+    """One episode of the model's policy ``params`` (:func:`play`), the model decoding
+    step by step through its cache."""
+    if model.cfg.horizon != env.horizon:
+        raise ValueError(f"model horizon {model.cfg.horizon} != environment horizon {env.horizon}")
+
+    def policy(cache: DecodeCache, obs, prev_action, prev_reward, expert):
+        logits, cache = model.apply(params, obs[None], prev_action[None], prev_reward[None], cache)
+        return logits[0], cache
+
+    return play(policy, init_cache(model.cfg), key, domain, env, channel, greedy, model.cfg.n_actions)
 
 
 def accuracy(traj: Trajectory) -> jax.Array:

@@ -25,8 +25,9 @@ def test_presets():
     assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
     assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
     assert study.FULL.null_rewards and not study.QUICK.null_rewards and study.QUICK.size.horizon == 60
-    assert study.FULL.rows == (*study.MODELS, study.NULL, "tent", "cotta")
-    assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "tent", "cotta")
+    assert study.FULL.rows == (*study.MODELS, study.NULL, "iql", "tent", "cotta")
+    assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "iql", "tent", "cotta")
+    assert study.QUICK.iql.steps < study.FULL.iql.steps and study.FULL.iql == study.iql.IqlConfig()
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
 
 
@@ -35,6 +36,8 @@ def test_presets():
     ("models", ["uat", "vt", "adt", "adt"], "models must"),
     ("adapt", ["tent", "bn"], "adapt must"),
     ("adapt_batch", 5, "adapt_batch must"),
+    ("offline", ["iql", "sac"], "offline must"),
+    ("iql.expectile", 1.5, "iql.expectile must"),
     ("seeds", 0, "seeds must"),
     ("stream", 2, "stream must"),
     ("size.horizon", 40, "horizon 40 cannot hold 6 segments"),
@@ -60,14 +63,14 @@ def _arrays(cfg, acc: dict, post: dict):
         metrics[m] = {"accuracy": np.asarray(acc[m], float), "post_shift_accuracy": np.asarray(post[m], float),
                       "recovery": np.tile(np.linspace(0.2, 0.9, domains.RECOVERY_STEPS), (cfg.seeds, 1)),
                       **{f"accuracy_{r}": np.full(cfg.seeds, 0.1 * (k + 1)) for k, r in enumerate(REGIMES)}}
-    curves = {m: {"loss": np.ones((cfg.seeds, 3)), "train_accuracy": np.zeros((cfg.seeds, 3))} for m in cfg.trained}
+    curves = {m: {"loss": np.ones((cfg.seeds, 3))} for m in cfg.trained}
     return {"metrics": metrics, "curves": curves, "gate": _gate(cfg.seeds)}
 
 
 PASSING = ({"uat": [0.8, 0.7], "vt": [0.6, 0.6], "adt": [0.7, 0.7], "dt": [0.6, 0.7], "tent": [0.6, 0.6],
-            "cotta": [0.6, 0.5], "uat_null": [0.6, 0.6]},
+            "cotta": [0.6, 0.5], "uat_null": [0.6, 0.6], "iql": [0.7, 0.6]},
            {"uat": [0.6, 0.5], "vt": [0.4, 0.4], "adt": [0.5, 0.5], "dt": [0.45, 0.5], "tent": [0.4, 0.45],
-            "cotta": [0.4, 0.4], "uat_null": [0.4, 0.3]})
+            "cotta": [0.4, 0.4], "uat_null": [0.4, 0.3], "iql": [0.45, 0.35]})
 
 
 def test_summary_metrics_and_checks_on_planted_arrays():
@@ -82,6 +85,8 @@ def test_summary_metrics_and_checks_on_planted_arrays():
     assert checks["uat_beats_vt_post_shift"].value == pytest.approx(0.55 - 0.4)
     assert checks["uat_beats_input_level_post_shift"].value == pytest.approx(0.55 - 0.5)  # A-DT, the better
     assert checks["uat_beats_tta_post_shift"].value == pytest.approx(0.55 - 0.425)  # TENT, the better
+    assert checks["uat_beats_offline_rl_post_shift"].value == pytest.approx(0.55 - 0.4)
+    assert checks["uat_beats_offline_rl_post_shift"].paper == pytest.approx(0.599 - 0.425)
     assert checks["uat_beats_vt_overall"].value == pytest.approx(0.75 - 0.6)
     assert all(c.passed for c in s.checks)
     assert checks["uat_beats_input_level_post_shift"].paper == pytest.approx(0.599 - 0.442)
@@ -103,6 +108,13 @@ def test_summary_metrics_and_checks_on_planted_arrays():
     assert {c.name: c.value for c in s.checks}["uat_beats_input_level_post_shift"] == pytest.approx(0.55 - 0.5)
     no_tta = dataclasses.replace(quick, adapt=())
     assert "uat_beats_tta_post_shift" not in [c.name for c in study.summarize(no_tta, _arrays(no_tta, acc, post)).checks]
+    no_iql = dataclasses.replace(quick, offline=())
+    assert "iql" not in no_iql.rows
+    assert "uat_beats_offline_rl_post_shift" not in [c.name for c in
+                                                     study.summarize(no_iql, _arrays(no_iql, acc, post)).checks]
+    # IQL within 0.05 of UAT after a switch fails its check, and only it
+    s = study.summarize(cfg, _arrays(cfg, acc, {**post, "iql": [0.55, 0.5]}))
+    assert [c.name for c in s.checks if not c.passed] == ["uat_beats_offline_rl_post_shift"]
 
 
 def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
@@ -130,19 +142,34 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
         calls["replay"] = (name, params["w"].tolist(), labels)
         return {k: v[None] for k, v in _gate(num_seeds).items()}
 
+    def fake_train_grid(ctx, name, train_cfg, tasks, labels, num_seeds, stream, keep_params=False, env=None,
+                        make_cell=None):
+        calls["iql"] = (name, labels, train_cfg.domain, train_cfg.eval_episodes, make_cell(train_cfg, False).__name__)
+        acc, post = PASSING
+        return {"accuracy": np.asarray([acc["iql"]]), "post_shift_accuracy": np.asarray([post["iql"]]),
+                "recovery": np.full((1, num_seeds, domains.RECOVERY_STEPS), 0.5),
+                **{f"accuracy_{r}": np.full((1, num_seeds), 0.5) for r in REGIMES},
+                **{k: np.ones((1, num_seeds, 5)) for k in ("loss", "value_loss", "actor_loss", "critic_loss")}}
+
     monkeypatch.setattr(study, "train_models", fake_train_models)
+    monkeypatch.setattr(study, "train_grid", fake_train_grid)
     monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
     out = tmp_path / "run"
     assert cli.main(["run", "uat.sepsis", "--quick", "--set", "null_rewards=true", "--out", str(out)]) == 0
     assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
     assert calls["replay"] == ("sepsis_gate", [0, 1], ["uat"])  # the clean task's seeds
     assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
+    assert calls["iql"] == ("sepsis_iql", ["iql"], "sepsis", study.QUICK.size.eval_episodes, "cell")
     folder = out / "uat.sepsis"
     result = json.loads((folder / "result.json").read_text())
     assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_post_shift", "uat_beats_input_level_post_shift",
-                                                     "uat_beats_tta_post_shift", "uat_beats_vt_overall"]
+                                                     "uat_beats_tta_post_shift", "uat_beats_offline_rl_post_shift",
+                                                     "uat_beats_vt_overall"]
     rows = _csv(folder / "sepsis.csv")
     assert [(r["model"], r["seed"]) for r in rows][:3] == [("uat", "0"), ("uat", "1"), ("vt", "0")]
     null = [r for r in rows if r["model"] == "uat_null"]
     assert [float(r["post_shift"]) for r in null] == [0.4, 0.3]
+    assert [float(r["post_shift"]) for r in rows if r["model"] == "iql"] == [0.45, 0.35]
+    curve_models = {r["model"] for r in _csv(folder / "curves.csv") if r["critic_loss"]}
+    assert curve_models == {"iql"}  # IQL's three losses; the transformers record no critic
     assert (folder / "sepsis.png").exists() and (folder / "recovery.csv").exists()

@@ -14,9 +14,11 @@ UAT with both pathways off, A-DT VT with the fed pair in its input), DT-style an
 each over seeds; seed ``s`` of every model uses
 the same key, so all play the same patients and regime schedules. TENT and CoTTA (``uat_jax.tta``)
 adapt the trained VT cells online over their evaluation episodes (they see observations only,
-C.2). At full size UAT is also trained and evaluated fed null rewards (``uat_null``;
-``--set null_rewards=...``): ``uat_feedback_gain_post``, UAT minus UAT-null post-shift accuracy, is how much of UAT's
-post-shift accuracy the rewards give (added after the judged run, so reported, not checked). The
+C.2). IQL (``uat_jax.iql``, Markov MLPs of o_t) learns offline from a logged epsilon-expert's
+episodes and plays the same evaluation episodes greedily (one program over seeds). At full size UAT
+is also trained and evaluated fed null rewards (``uat_null``; ``--set null_rewards=...``):
+``uat_feedback_gain_post``, UAT minus UAT-null post-shift accuracy, is how much of UAT's post-shift
+accuracy the rewards give (added after the judged run, so reported, not checked). The
 regime-gate panel replays UAT's evaluation episodes and reads ||rho_t|| at every step
 (``uat_jax.cells.make_gate_cell``): its mean per hidden regime, after a switch and settled, and
 one episode's trace against the regime. The paper gives no sepsis number for the gate, so it is
@@ -37,6 +39,12 @@ so the checks are the paper's comparisons, not its numbers. Checks, and how each
 * ``uat_beats_tta_post_shift`` (UAT minus the better of TENT and CoTTA post-shift accuracy > 0.05,
   when they run: ``--set adapt=[]`` drops them; paper +0.106): adapting the observation-only model from its own predictions must not recover
   what the feedback carries. It fails if the adaptation tracks the regime from observations.
+* ``uat_beats_offline_rl_post_shift`` (UAT minus IQL post-shift accuracy > 0.05, when IQL runs:
+  ``--set 'offline=[]'`` drops it; paper +0.174): a Markov policy learned offline from logged care
+  (``uat_jax.iql``: an epsilon-expert's episodes, rewards but no expert labels) must not match
+  UAT after a switch. It fails if the current observation alone shows the regime well enough for
+  the reward-maximising action, or if UAT's extra history does not help it after a switch. Added
+  with IQL, after the other four checks' judged runs and before IQL's.
 * ``uat_beats_vt_overall`` (UAT minus VT overall accuracy > 0; paper +0.108): the post-shift gain
   must not be paid for in the settled steps. It fails if UAT's feedback pathway costs accuracy
   within segments (noise in the fed rewards read as a switch).
@@ -56,20 +64,22 @@ import numpy as np
 
 from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import check_models_and_adaptation, replay_grid, train_models
-from uat_jax import cells, domains, sepsis, tta
+from experiments.studies.uat.training import check_models_and_adaptation, replay_grid, train_grid, train_models
+from uat_jax import cells, domains, iql, sepsis, tta
 from uat_jax.rollout import steps_since_switch
 from uat_jax.schedules import SCHEDULES
 from uat_jax.train import Task
 
 PAPER_ACC = {"uat": (0.808, 0.599), "vt": (0.700, 0.408), "gtrxl": (0.636, 0.413), "tent": (0.675, 0.493),
-             "cotta": (0.675, 0.493), "dt": (0.706, 0.442), "adt": (0.667, 0.414)}  # Table 1 B: overall, post
+             "cotta": (0.675, 0.493), "dt": (0.706, 0.442), "adt": (0.667, 0.414),
+             "iql": (0.712, 0.425)}  # Table 1 B: overall, post
 PAPER = {f"{metric}_{m}": v for m, row in PAPER_ACC.items() for metric, v in zip(("acc", "post"), row)}
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
 CHECKED = ("uat", "vt", "adt")  # the models the checks need (DT-style joins the input-level check when trained)
 INPUT_LEVEL = ("dt", "adt")
 ADAPTATION = tta.METHODS  # test-time adaptation of the trained VT
+OFFLINE = ("iql",)  # offline RL from a logged epsilon-expert (uat_jax.iql)
 MARGIN = 0.05
 TABLE3_B = dataclasses.replace(cells.TABLE3, horizon=90, dropout=0.2, ema_decay=0.8)  # Table 3, Domain B
 TASK = Task.make(SCHEDULES[0])  # sepsis reads no goal schedule: each episode draws its regimes (uat_jax.domains)
@@ -87,15 +97,19 @@ class SepsisConfig:
     adapt: tuple[str, ...] = tuple(ADAPTATION)  # TENT / CoTTA rows: the trained VT adapted at test time
     adapt_batch: int = 16  # evaluation episodes per adaptation step (a divisor of size.eval_episodes)
     null_rewards: bool = True  # also train UAT fed null rewards (a second task of UAT in the family program)
+    offline: tuple[str, ...] = OFFLINE  # the IQL row (``--set 'offline=[]'`` drops it)
+    iql: iql.IqlConfig = iql.IqlConfig()
 
     def __post_init__(self):
         check_models_and_adaptation(self, CHECKED)
         sepsis.check_schedule(self.size.horizon)
+        if not set(self.offline) <= set(OFFLINE) or len(set(self.offline)) != len(self.offline):
+            raise ValueError(f"offline must be distinct names from {OFFLINE}, got {self.offline}")
 
     @property
     def trained(self) -> tuple[str, ...]:
-        """Every trained model: ``models`` and, with ``null_rewards``, UAT fed null rewards."""
-        return (*self.models, *([NULL] if self.null_rewards else []))
+        """Every trained model: ``models``, with ``null_rewards`` UAT fed null rewards, then the offline ones."""
+        return (*self.models, *([NULL] if self.null_rewards else []), *self.offline)
 
     @property
     def rows(self) -> tuple[str, ...]:
@@ -113,9 +127,13 @@ FULL = SepsisConfig()
 # moved to full size (`--set null_rewards=true`). T = 60, screening seeds first: UAT 0.490 / 0.371, VT 0.481 /
 # 0.399, A-DT 0.480 / 0.370 (2 of 4 pass, by +0.0015 and +0.009); then judged once: 0 of 4, UAT 0.503 / 0.384,
 # VT 0.503 / 0.414, A-DT 0.499 / 0.389, TENT 0.503 / 0.416 (docs/uat.md section 21). 140 s alone.
+# IQL joined later with its own quick budget (256 logged episodes, 64 hidden units, 2,000 steps), chosen on the
+# screening seeds: 0.438 / 0.364 there (512 episodes, 256 units, 5,000 steps gave 0.430 / 0.368), UAT 0.494 / 0.381,
+# so uat_beats_offline_rl_post_shift failed there (+0.017).
 QUICK = SepsisConfig(size=dataclasses.replace(TABLE3_B, d_model=32, d_ff=64, n_layers=2, horizon=60, batch_size=32,
                                               epochs=150, eval_episodes=64),
-                     seeds=2, models=CHECKED, null_rewards=False)
+                     seeds=2, models=CHECKED, null_rewards=False,
+                     iql=iql.IqlConfig(episodes=256, hidden=64, steps=2000))
 
 
 def compute(cfg: SepsisConfig, ctx: RunContext) -> dict:
@@ -138,9 +156,14 @@ def compute(cfg: SepsisConfig, ctx: RunContext) -> dict:
     outputs = {m: {k: v[0] for k, v in grid.items()} for m, grid in grids.items()}
     if cfg.null_rewards:
         outputs[NULL] = {k: v[1] for k, v in grids["uat"].items()}
-    curve_keys = ("loss", "train_accuracy")
+    if "iql" in cfg.offline:
+        grid = train_grid(ctx, "sepsis_iql", cfg.size.train_config(domain="sepsis"), [TASK], ["iql"], cfg.seeds,
+                          cfg.stream, env=env,
+                          make_cell=lambda train_cfg, keep_params: iql.make_cell(cfg.iql, train_cfg))
+        outputs["iql"] = {k: v[0] for k, v in grid.items()}
+    curve_keys = ("loss", "train_accuracy", *(f"{k}_loss" for k in ("value", "actor", "critic")))
     metrics = {m: {k: v for k, v in out.items() if k not in curve_keys} for m, out in outputs.items()}
-    curves = {m: {k: outputs[m][k] for k in curve_keys} for m in cfg.trained}
+    curves = {m: {k: outputs[m][k] for k in curve_keys if k in outputs[m]} for m in cfg.trained}
     return {"metrics": metrics, "curves": curves, "gate": {k: v[0] for k, v in gate.items()}}
 
 
@@ -182,6 +205,10 @@ def summarize(cfg: SepsisConfig, arrays: dict) -> Summary:
             "uat_beats_tta_post_shift", gap("post", "uat", best_tta), MARGIN,
             paper=PAPER["post_uat"] - max(PAPER[f"post_{m}"] for m in cfg.adapt),
             claim="UAT adapts after a switch better than test-time adaptation of VT (TENT, CoTTA)"))
+    if "iql" in cfg.offline:
+        found.append(checks.above(
+            "uat_beats_offline_rl_post_shift", gap("post", "uat", "iql"), MARGIN, paper=paper_gap("post", "uat", "iql"),
+            claim="UAT adapts after a switch better than offline RL on the logged care (IQL)"))
     found.append(checks.above("uat_beats_vt_overall", gap("acc", "uat", "vt"), 0.0, paper=paper_gap("acc", "uat", "vt"),
                               claim="UAT's post-shift gain is not paid for within the segments (overall accuracy)"))
     table = {"model": list(cfg.rows),
@@ -257,5 +284,5 @@ STUDY = register(Study(
     summary="UAT vs VT / A-DT / DT-style / GTrXL / TENT / CoTTA on non-stationary sepsis (Table 1 B, Figures 3-4)",
     config_type=SepsisConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds",
-    quick_s=125,
+    quick_s=140,
 ))
