@@ -73,6 +73,12 @@ passes, reallocation +0.022 fails (UAT 0.369, VT 0.347, base 0.316). The same 1 
 The recovery margin moves whenever float rounding in ``uat.darkroom``'s program changes (its cells
 are retrained): +0.092 in one ``make run`` on 2026-12-05 (O1) and +0.072 in two later ones that
 day (each with other cells: the modulation margin read +0.052 and +0.056), a fail each time.
+
+Budget probe (2026-12-05, screening seeds, after the judged runs; nothing changed):
+``run uat.mechanism --quick --set stream=1 --set size.epochs=800`` (four times the training) gives
+recovery +0.198 (UAT 0.567, VT 0.369 on the recovered steps; fixed-goal 0.893 and 0.403), modulation
++0.037 and reallocation -0.090: VT puts more attention on the active segment (0.461) than UAT
+(0.371). More training does not bring the reallocation of Figure 2 at this width.
 """
 from __future__ import annotations
 
