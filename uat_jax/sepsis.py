@@ -128,6 +128,7 @@ as closure constants (the transition table alone is 51 MB); to vmap over knobs, 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 from pathlib import Path
@@ -369,6 +370,39 @@ def load_tables(n_components: int = OBS_DIM) -> SepsisTables:
 # ----------------------------------------------------------------------------- environment
 
 
+KNOB_RANGES = {"tilt": (0, np.inf), "resistance_decay": (1e-9, 1), "resistance_after": (1, np.inf),
+               "termination_scale": (0, 1), "recovery_hazard": (0, 1), "obs_noise": (0, np.inf)}
+"""The closed range of each bounded knob (arrays of knobs are checked element by element)."""
+
+
+def check_knob_ranges(knobs) -> None:
+    """Raise naming the first knob of ``knobs`` (any object with those attributes) outside ``KNOB_RANGES``."""
+    for name, (lo, hi) in KNOB_RANGES.items():
+        value = np.asarray(getattr(knobs, name))
+        if not np.all((lo <= value) & (value <= hi)):
+            raise ValueError(f"{name} = {value} outside [{lo}, {hi}]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """The simulator's knobs a study may set (``uat.sepsis``: ``--set sim.NAME=VALUE``, ``--sweep``): the
+    regime contrast ``tilt``, treatment resistance, termination, observation noise and the regime
+    schedule, with the defaults of the ``EnvParams`` fields of the same names (module docstring)."""
+
+    tilt: float = 10.0
+    resistance_decay: float = 0.8  # 1 switches resistance off
+    resistance_after: int = 3
+    termination_scale: float = 0.1
+    recovery_hazard: float = 0.1
+    obs_noise: float = 0.1
+    min_segments: int = 4
+    max_segments: int = 6
+    min_segment_len: int = 8
+
+    def __post_init__(self) -> None:
+        check_knob_ranges(self)
+
+
 @struct.dataclass
 class EnvParams:
     """One Domain-B task: the tables plus every knob as an array leaf (module docstring)."""
@@ -376,29 +410,30 @@ class EnvParams:
     tables: SepsisTables
     efficacy: jax.Array = struct.field(  # [3, 25]
         default_factory=lambda: jnp.asarray(regime_efficacy(treatment_levels()), jnp.float32))
-    tilt: jax.Array = 10.0
-    resistance_decay: jax.Array = 0.8
-    resistance_after: jax.Array = 3
-    termination_scale: jax.Array = 0.1
-    recovery_hazard: jax.Array = 0.1
+    tilt: jax.Array = Knobs.tilt
+    resistance_decay: jax.Array = Knobs.resistance_decay
+    resistance_after: jax.Array = Knobs.resistance_after
+    termination_scale: jax.Array = Knobs.termination_scale
+    recovery_hazard: jax.Array = Knobs.recovery_hazard
     recovery_sofa: jax.Array = 0.3
     recovery_lactate: jax.Array = 0.3
     sofa_weight: jax.Array = 0.1
     lactate_weight: jax.Array = 0.05
     recovery_bonus: jax.Array = 1.0
     death_reward: jax.Array = -1.0
-    obs_noise: jax.Array = 0.1
+    obs_noise: jax.Array = Knobs.obs_noise
     horizon: int = struct.field(pytree_node=False, default=90)
     n_clusters: int = struct.field(pytree_node=False, default=N_ACTIONS)
     obs_dim: int = struct.field(pytree_node=False, default=OBS_DIM)
-    min_segments: int = struct.field(pytree_node=False, default=4)
-    max_segments: int = struct.field(pytree_node=False, default=6)
-    min_segment_len: int = struct.field(pytree_node=False, default=8)
+    min_segments: int = struct.field(pytree_node=False, default=Knobs.min_segments)
+    max_segments: int = struct.field(pytree_node=False, default=Knobs.max_segments)
+    min_segment_len: int = struct.field(pytree_node=False, default=Knobs.min_segment_len)
 
 
-def check_schedule(horizon: int, min_segments: int = 4, max_segments: int = 6, min_segment_len: int = 8) -> None:
+def check_schedule(horizon: int, min_segments: int = Knobs.min_segments, max_segments: int = Knobs.max_segments,
+                   min_segment_len: int = Knobs.min_segment_len) -> None:
     """Raise unless an episode of ``horizon`` steps can hold ``max_segments`` regime segments of at
-    least ``min_segment_len`` steps (defaults: ``EnvParams``'s)."""
+    least ``min_segment_len`` steps (defaults: :class:`Knobs`')."""
     if not 1 <= min_segments <= max_segments:
         raise ValueError(f"need 1 <= min_segments <= max_segments, got {min_segments}, {max_segments}")
     if min_segment_len < 1 or horizon < max_segments * min_segment_len:
@@ -417,12 +452,7 @@ def make_params(tables: SepsisTables | None = None, **knobs) -> EnvParams:
     eff = np.asarray(params.efficacy)
     if eff.shape != (len(REGIMES), N_COMBOS) or np.abs(eff).max() > 1:
         raise ValueError(f"efficacy must be [3, 25] in [-1, 1], got shape {eff.shape}")
-    ranges = {"termination_scale": (0, 1), "recovery_hazard": (0, 1), "obs_noise": (0, np.inf),
-              "resistance_decay": (1e-9, 1), "resistance_after": (1, np.inf)}
-    for name, (lo, hi) in ranges.items():
-        value = np.asarray(getattr(params, name))
-        if not np.all((lo <= value) & (value <= hi)):
-            raise ValueError(f"{name} = {value} outside [{lo}, {hi}]")
+    check_knob_ranges(params)
     return params
 
 

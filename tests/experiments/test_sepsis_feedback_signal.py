@@ -48,8 +48,9 @@ def test_the_observations_hold_most_of_the_dense_reward(signal):
 
 
 def test_the_probe_names_its_knobs_on_a_bad_first_argument():
-    """docs/analysis/sepsis_probe.py: an unknown knob or a missing value stops before any run, naming the knobs."""
+    """docs/analysis/sepsis_probe.py: another knob (the simulator's are study options now) or a missing value
+    stops before any run, naming the one it takes."""
     probe = load("sepsis_probe")
-    for argv in (["tilt=3", "run", "uat.sepsis"], ["ue_lr=", "run"], []):
+    for argv in (["obs_noise=50", "run", "uat.sepsis"], ["ue_lr=", "run"], []):
         with pytest.raises(SystemExit, match="ue_lr=VALUE"):
             probe.main(argv)

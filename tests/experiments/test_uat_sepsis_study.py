@@ -41,6 +41,9 @@ def test_presets():
     ("seeds", 0, "seeds must"),
     ("stream", 2, "stream must"),
     ("size.horizon", 40, "horizon 40 cannot hold 6 segments"),
+    ("sim.min_segment_len", 20, "horizon 60 cannot hold 6 segments of min_segment_len 20"),
+    ("sim.obs_noise", -1.0, "obs_noise = -1.0 outside"),
+    ("sim.resistance_decay", 0.0, "resistance_decay = 0.0 outside"),
 ])
 def test_config_rejects_bad_values(field, value, message):
     with pytest.raises(configs.ConfigError, match=message):
@@ -124,6 +127,7 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     def fake_train_models(ctx, name, size, runs, labels, num_seeds, stream, adapt=None, domain="darkroom", env=None,
                           keep=()):
         calls["train"] = (name, domain, sorted(runs), sorted(adapt), keep, env.horizon)
+        calls["knobs"] = (float(env.obs_noise), float(env.resistance_decay), float(env.tilt))
         acc, post = PASSING
         out = {}
         calls["uat_labels"] = labels["uat"]
@@ -155,10 +159,12 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "train_grid", fake_train_grid)
     monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
     out = tmp_path / "run"
-    assert cli.main(["run", "uat.sepsis", "--quick", "--set", "null_rewards=true", "--out", str(out)]) == 0
+    assert cli.main(["run", "uat.sepsis", "--quick", "--set", "null_rewards=true", "--set", "sim.obs_noise=50",
+                     "--set", "sim.resistance_decay=1", "--out", str(out)]) == 0
     assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
     assert calls["replay"] == ("sepsis_gate", [0, 1], ["uat"])  # the clean task's seeds
     assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
+    assert calls["knobs"] == (50.0, 1.0, 10.0)  # the simulator knobs set, the others at their defaults
     assert calls["iql"] == ("sepsis_iql", ["iql"], "sepsis", study.QUICK.size.eval_episodes, "cell")
     folder = out / "uat.sepsis"
     result = json.loads((folder / "result.json").read_text())

@@ -1,5 +1,6 @@
 """Domain B (uat_jax.sepsis) against a numpy reference, hand-worked steps on handmade tables,
 and the properties C.1 claims (expert clusters, schedule, resistance, termination)."""
+import dataclasses
 import math
 
 import jax
@@ -289,6 +290,13 @@ def test_bad_inputs(tmp_path, monkeypatch, rng):
     with pytest.raises(ValueError, match="resistance_decay"):
         sepsis.make_params(tables, resistance_decay=0.0)
     assert sepsis.make_params(tables, tilt=np.array([5.0, 10.0])).tilt.shape == (2,)  # knob vectors pass
+    with pytest.raises(ValueError, match="tilt"):
+        sepsis.make_params(tables, tilt=np.array([5.0, -1.0]))
+    # the study-facing knobs: the same ranges, and EnvParams's defaults
+    with pytest.raises(ValueError, match="termination_scale"):
+        sepsis.Knobs(termination_scale=1.5)
+    defaults = sepsis.make_params(tables)
+    assert all(np.asarray(getattr(defaults, k)) == v for k, v in dataclasses.asdict(sepsis.Knobs()).items())
     with pytest.raises(ValueError, match="obs_dim"):
         sepsis.make_params(tables, obs_dim=20)
     # asset files: missing, wrong shape, inconsistent with the "mean" strategy

@@ -100,10 +100,12 @@ class SepsisConfig:
     null_rewards: bool = True  # also train UAT fed null rewards (a second task of UAT in the family program)
     offline: tuple[str, ...] = OFFLINE  # the IQL row (``--set 'offline=[]'`` drops it)
     iql: iql.IqlConfig = iql.IqlConfig()
+    sim: sepsis.Knobs = sepsis.Knobs()  # the simulator's knobs (``--set sim.obs_noise=...``, ``--sweep``)
 
     def __post_init__(self):
         check_models_and_adaptation(self, CHECKED)
-        sepsis.check_schedule(self.size.horizon)
+        sepsis.check_schedule(self.size.horizon, self.sim.min_segments, self.sim.max_segments,
+                              self.sim.min_segment_len)
         if not set(self.offline) <= set(OFFLINE) or len(set(self.offline)) != len(self.offline):
             raise ValueError(f"offline must be distinct names from {OFFLINE}, got {self.offline}")
 
@@ -143,7 +145,7 @@ def compute(cfg: SepsisConfig, ctx: RunContext) -> dict:
     """``metrics``: {model: {<the sepsis metrics>: [seeds, ...]}}; ``curves``: {model: loss / train
     accuracy [seeds, epochs]}; ``gate``: UAT's evaluation replay {"gate", "correct", "regime",
     "switched": [seeds, episodes, T]}."""
-    env = sepsis.make_params(horizon=cfg.size.horizon)
+    env = sepsis.make_params(horizon=cfg.size.horizon, **dataclasses.asdict(cfg.sim))
     runs = {m: [TASK] for m in cfg.models}
     labels = {m: ["sepsis"] for m in cfg.models}
     if cfg.null_rewards:
