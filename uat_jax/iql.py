@@ -198,8 +198,8 @@ def play_episodes(policy, train_cfg: TrainConfig, key: jax.Array, task: Task, ru
     episode ``b`` from split ``b`` of ``key``."""
     domain, env = domains.get(train_cfg.domain), default_env(train_cfg, env)
     settings = episode_settings(train_cfg, task, run_key, episodes, env)
-    return jax.vmap(lambda s, k: play(policy, (), k, domain, domain.with_setting(env, s), task.channel, greedy,
-                                      domain.n_actions))(settings, jax.random.split(key, episodes.shape[0]))
+    return jax.vmap(lambda s, k: play(policy, (), k, domain, domain.with_setting(env, s), task.channel, greedy))(
+        settings, jax.random.split(key, episodes.shape[0]))
 
 
 def collect(key: jax.Array, cfg: IqlConfig, train_cfg: TrainConfig, task: Task, run_key: jax.Array,

@@ -244,7 +244,7 @@ def init_params(model: DecisionTransformer, key: jax.Array):
             rows = [own[name][path] if path[-1] in REDRAWN.get(name, ()) else flat[path] for name in SWITCHED]
             flat[path] = jnp.stack(rows)[model.variant]
     path = ("params", "obs_embed", "kernel")
-    static_uat = own[next(iter(REDRAWN))]  # a static member of kind uat: UAT's observation-only embedding draw
+    static_uat = own[next(name for name in REDRAWN if member(cfg, name).kind == "uat")]  # UAT's embedding draw
     observation_only = jnp.zeros_like(flat[path]).at[:cfg.obs_dim].set(static_uat[path])
     flat[path] = jnp.where(model.variant == SWITCHED.index("adt"), flat[path], observation_only)
     return traverse_util.unflatten_dict(flat)

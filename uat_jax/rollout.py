@@ -50,11 +50,11 @@ class _Carry:
     rewards: jax.Array
 
 
-def play(policy, policy_state, key: jax.Array, domain, env, channel: FeedbackChannel, greedy: jax.Array | bool,
-         n_actions: int) -> Trajectory:
+def play(policy, policy_state, key: jax.Array, domain, env, channel: FeedbackChannel,
+         greedy: jax.Array | bool) -> Trajectory:
     """One episode of ``policy`` in ``domain``'s environment ``env`` (a pure function of ``key``).
 
-    ``policy(policy_state, obs, prev_action, prev_reward, expert) -> (logits [n_actions], policy_state)``
+    ``policy(policy_state, obs, prev_action, prev_reward, expert) -> (logits [domain.n_actions], policy_state)``
     acts on o_t and the fed pair (a_{t-1}, r~_{t-1}) (``NO_ACTION`` and 0 at t = 0). ``expert`` is
     the expert's action at the current state: a learned policy ignores it; only the logging policy
     of an offline baseline (``uat_jax.iql``) reads it. ``greedy`` (traceable) picks argmax actions
@@ -65,7 +65,7 @@ def play(policy, policy_state, key: jax.Array, domain, env, channel: FeedbackCha
     # Every draw of the episode is made before it is played: the sampled action at step t
     # is argmax(logits + gumbel[t]) (= jax.random.categorical(k_act, logits of all steps)),
     # the environment steps with row t of the domain's draw_steps, the feedback is corrupted with noise[t].
-    gumbel = jax.random.gumbel(k_act, (T, n_actions))
+    gumbel = jax.random.gumbel(k_act, (T, domain.n_actions))
     draws = (domain.draw_steps(k_env, env), FeedbackNoise.draw(k_fb, T))
 
     def body(c: _Carry, xs):
@@ -93,12 +93,14 @@ def rollout(model: DecisionTransformer, params, key: jax.Array, domain, env,
     step by step through its cache."""
     if model.cfg.horizon != env.horizon:
         raise ValueError(f"model horizon {model.cfg.horizon} != environment horizon {env.horizon}")
+    if model.cfg.n_actions != domain.n_actions:
+        raise ValueError(f"model n_actions {model.cfg.n_actions} != the {domain.name} domain's {domain.n_actions}")
 
     def policy(cache: DecodeCache, obs, prev_action, prev_reward, expert):
         logits, cache = model.apply(params, obs[None], prev_action[None], prev_reward[None], cache)
         return logits[0], cache
 
-    return play(policy, init_cache(model.cfg), key, domain, env, channel, greedy, model.cfg.n_actions)
+    return play(policy, init_cache(model.cfg), key, domain, env, channel, greedy)
 
 
 def accuracy(traj: Trajectory) -> jax.Array:

@@ -28,7 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from uat_jax import sepsis
+from uat_jax import domains, sepsis
+from uat_jax.feedback import FeedbackChannel
+from uat_jax.rollout import Trajectory, play
 
 HORIZON = 60  # uat.sepsis --quick
 EPISODES = 2000
@@ -40,23 +42,19 @@ def separation(rewards: np.ndarray, regimes: np.ndarray) -> float:
     return max(abs(a[0] - b[0]) / np.sqrt((a[1] + b[1]) / 2) for a, b in itertools.combinations(stats, 2))
 
 
-def play(params: sepsis.EnvParams, keys: jax.Array, actions: jax.Array):
-    """(obs, next obs, reward, regime, terminated) [episodes, horizon] of playing the clusters ``actions``
-    [episodes, horizon] step by step, whatever happens (open loop), episode i from ``keys[i]``; one program."""
+def open_loop(params: sepsis.EnvParams, keys: jax.Array, actions: jax.Array) -> Trajectory:
+    """Trajectories [episodes, horizon] of playing the clusters ``actions`` [episodes, horizon] whatever
+    happens (open loop), episode i from ``keys[i]``, through the studies' own player
+    (``uat_jax.rollout.play``, whose sepsis record holds the regime and whether the stay ended); one program."""
 
     def episode(key, acts):
-        k_reset, k_steps = jax.random.split(key)
-        obs, state = sepsis.reset(k_reset, params)
+        def scheduled(t, obs, prev_action, prev_reward, expert):
+            return jnp.log(jax.nn.one_hot(acts[t], sepsis.N_ACTIONS)), t + 1
 
-        def body(carry, step):
-            obs, state = carry
-            key, action = step
-            nxt, state, reward, _, info = sepsis.step(key, state, action, params)
-            return (nxt, state), (obs, nxt, reward, info["regime"], info["terminated"])
+        return play(scheduled, jnp.zeros((), jnp.int32), key, domains.SEPSIS, params,
+                    FeedbackChannel.make("clean"), greedy=True)
 
-        return jax.lax.scan(body, (obs, state), (jax.random.split(k_steps, params.horizon), acts))[1]
-
-    return tuple(np.asarray(x) for x in jax.jit(jax.vmap(episode))(keys, actions))
+    return jax.tree.map(np.asarray, jax.jit(jax.vmap(episode))(keys, actions))
 
 
 def cluster_rows(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int = 0) -> list[dict]:
@@ -65,8 +63,9 @@ def cluster_rows(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int =
     clusters = np.arange(sepsis.N_ACTIONS)
     keys = jnp.concatenate([jax.random.split(jax.random.key(seed + c), episodes) for c in clusters])
     actions = np.repeat(clusters, episodes)[:, None] * np.ones(params.horizon, np.int32)
-    _, _, rewards, regimes, terminated = (x.reshape(len(clusters), episodes, -1)
-                                          for x in play(params, keys, actions))
+    traj = open_loop(params, keys, actions)
+    rewards, regimes, terminated = (x.reshape(len(clusters), episodes, -1)
+                                    for x in (traj.rewards, traj.record["regime"], traj.record["terminated"]))
     rows = []
     for c, reward, regime, dense in zip(clusters, rewards, regimes, ~terminated):
         row = {"cluster": int(c), "d_whole": separation(reward.ravel(), regime.ravel()),
@@ -82,9 +81,9 @@ def reward_r2(params: sepsis.EnvParams, episodes: int = EPISODES, seed: int = 0)
     """Held-out R^2 of the dense reward r_t from (o_t, o_{t+1}) over episodes of uniformly random clusters
     (drawn from key ``seed`` + 1000): linear, and with squares and products."""
     actions = jax.random.randint(jax.random.key(seed + 1000), (episodes, params.horizon), 0, sepsis.N_ACTIONS)
-    obs, nxt, reward, _, terminated = play(params, jax.random.split(jax.random.key(seed), episodes), actions)
-    dense = ~terminated
-    o, o2, y = obs[dense], nxt[dense], reward[dense]
+    traj = open_loop(params, jax.random.split(jax.random.key(seed), episodes), actions)
+    dense = ~traj.record["terminated"][:, :-1]  # the last step's next observation is not recorded
+    o, o2, y = traj.obs[:, :-1][dense], traj.obs[:, 1:][dense], traj.rewards[:, :-1][dense]
     half = len(y) // 2
 
     def held_out_r2(x):

@@ -38,9 +38,9 @@ def test_a_fed_reward_separates_the_regimes_weakly_and_resistance_weakens_it(sig
 
 def test_the_observations_hold_most_of_the_dense_reward(signal):
     """Section 21: a linear fit on two consecutive observations explains most of the dense reward out of
-    sample (0.78 at 2,000 episodes), so the fed reward repeats what Vanilla-TF sees; with the observations
+    sample (0.79 at 2,000 episodes), so the fed reward repeats what Vanilla-TF sees; with the observations
     drowned in noise (std 50) it explains almost nothing. Fails if the reward were not a function of the
-    observed patient state, or if the fit missed the step's next observation (0.08 from o_t alone)."""
+    observed patient state, or if the fit missed the step's next observation (0.09 from o_t alone)."""
     clean, clean_quadratic = signal.reward_r2(sepsis.make_params(horizon=signal.HORIZON), episodes=300)
     noisy, _ = signal.reward_r2(sepsis.make_params(horizon=signal.HORIZON, obs_noise=50.0), episodes=300)
     assert clean > 0.6 and clean_quadratic >= clean - 0.02

@@ -88,6 +88,16 @@ def test_rollout_actions_come_from_the_parallel_pass_logits():
     assert len(set(np.asarray(sampled.actions).ravel().tolist())) > 2  # the draws vary
 
 
+def test_rollout_refuses_a_model_of_another_horizon_or_action_count():
+    model, params, _ = _policy()
+    env = darkroom.EnvParams(goal=jnp.zeros(2, jnp.int32), size=5, horizon=H)
+    with pytest.raises(ValueError, match="horizon"):
+        rollout(model, params, jax.random.key(0), DARKROOM, env.replace(horizon=H + 1), FeedbackChannel.make("clean"), True)
+    three = DecisionTransformer(tiny("uat", horizon=H, n_actions=3))
+    with pytest.raises(ValueError, match="n_actions 3 != the darkroom domain's 5"):
+        rollout(three, params, jax.random.key(0), DARKROOM, env, FeedbackChannel.make("clean"), True)
+
+
 def test_cross_entropy_matches_numpy(rng):
     logits = rng.normal(size=(3, 4, 5)).astype(np.float32)
     labels = rng.integers(0, 5, (3, 4))

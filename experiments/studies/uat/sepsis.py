@@ -54,7 +54,7 @@ check passes on the judged stream, and on the screening stream only the input-le
 0.013 (``docs/uat.md`` section 21 gives the numbers, three readings of why, and three
 measurements that point at the simulator: with uninformative observations every model, UAT included, is at chance;
 one fed reward separates two regimes by at most 0.14 of its standard deviation; and two consecutive observations
-explain 78% of the dense reward's variance).
+explain 79% of the dense reward's variance).
 """
 from __future__ import annotations
 
