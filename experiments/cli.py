@@ -1,8 +1,9 @@
 """Command line of the suite: parse the verb and dispatch (``list, show, run, report, bench``).
 
 ``python -m experiments run STUDY`` writes ``DIR/STUDY/result.json`` (schema in
-``experiments.results``). Exit codes: 0 when every check passed, 1 when a check failed
-or a study raised (the result, or ``error.txt`` with the traceback, is still written),
+``experiments.results``). Exit codes: 0 when no check failed, 1 when a check's verdict is
+FAIL or NO POWER (with ``--strict``, also INCONCLUSIVE) or a study raised (the result, or
+``error.txt`` with the traceback, is still written),
 2 for usage errors: an unknown study, a bad ``--set``/``--config``/``--sweep``/``--seeds``
 (caught before any computation), or bad multi-process flags.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import configs, distributed, io, jobs, registry, report, results, runner
+from experiments import checks, configs, distributed, io, jobs, registry, report, results, runner
 from experiments.provenance import provenance
 
 __all__ = ["main"]
@@ -32,10 +33,27 @@ class _Row:
     """One line of the final ``run`` table."""
 
     study: str
-    status: str  # PASS, FAIL or ERROR
-    passed: int
-    total: int
+    counts: dict[str, int] | None  # verdict -> count; None when the study raised
     wall_s: float
+
+    @property
+    def status(self) -> str:
+        """ERROR, FAIL (a FAIL or NO POWER verdict), INCONCLUSIVE, or PASS."""
+        if self.counts is None:
+            return "ERROR"
+        if self.counts[checks.FAIL] or self.counts[checks.NO_POWER]:
+            return "FAIL"
+        return "INCONCLUSIVE" if self.counts[checks.INCONCLUSIVE] else "PASS"
+
+    def line(self, width: int) -> str:
+        c = self.counts or dict.fromkeys(checks.VERDICTS, 0)
+        tally = "  ".join(f"{c[v]:>3}" for v in checks.VERDICTS)
+        return f"{self.study:<{width}}  {self.status:<12}  {tally}  {self.wall_s:8.1f}"
+
+
+def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
+    per = [results.verdict_counts(r["checks"]) for r in found]
+    return {v: sum(c[v] for c in per) for v in checks.VERDICTS}
 
 
 def _usage_error(message: str) -> int:
@@ -87,14 +105,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_checks(name: str, result: dict[str, Any]) -> tuple[int, int]:
-    passed = sum(c["passed"] for c in result["checks"])
+def _print_checks(name: str, result: dict[str, Any]) -> None:
     for c in result["checks"]:
-        value = "non-finite" if c["value"] is None else f"{c['value']:.6g}"
-        print(f"  {'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {value} (target {c['target']})")
-    print(f"{name}: {passed}/{len(result['checks'])} checks passed in {results.wall_text(result['provenance'])}",
-          flush=True)
-    return passed, len(result["checks"])
+        print(f"  {c['verdict']:<12}  {c['name']}: {results.check_text(c)}")
+    tally = ", ".join(f"{n} {v.lower()}" for v, n in results.verdict_counts(result["checks"]).items() if n)
+    print(f"{name}: {tally or 'no checks'} in {results.wall_text(result['provenance'])}", flush=True)
 
 
 def _run_study(study: registry.Study, request: runner.Request, args: argparse.Namespace, out: pathlib.Path) -> _Row:
@@ -116,10 +131,10 @@ def _run_study(study: registry.Study, request: runner.Request, args: argparse.Na
         if distributed.is_writer():
             study_dir.mkdir(parents=True, exist_ok=True)
             io.atomic_write_text(study_dir / "error.txt", tb)
-        return _Row(study.name, "ERROR", 0, 0, time.perf_counter() - t0)
-    counts = [_print_checks(label(r), r) for r in found]
-    passed, total = (sum(c[i] for c in counts) for i in (0, 1))
-    return _Row(study.name, "PASS" if passed == total else "FAIL", passed, total, time.perf_counter() - t0)
+        return _Row(study.name, None, time.perf_counter() - t0)
+    for r in found:
+        _print_checks(label(r), r)
+    return _Row(study.name, _counts(found), time.perf_counter() - t0)
 
 
 def _run_side_by_side(chosen: list[registry.Study], args: argparse.Namespace) -> list[_Row]:
@@ -132,9 +147,9 @@ def _run_side_by_side(chosen: list[registry.Study], args: argparse.Namespace) ->
         if done.result is None:
             print(f"ERROR in study {done.study} (no result written); end of {done.log}:\n{jobs.tail(done.log)}",
                   file=sys.stderr, flush=True)
-            return _Row(done.study, "ERROR", 0, 0, done.wall_s)
-        passed, total = _print_checks(done.study, done.result)
-        return _Row(done.study, "PASS" if passed == total else "FAIL", passed, total, done.wall_s)
+            return _Row(done.study, None, done.wall_s)
+        _print_checks(done.study, done.result)
+        return _Row(done.study, _counts([done.result]), done.wall_s)
 
     rows: dict[str, _Row] = {}
     out = pathlib.Path(args.out)
@@ -179,10 +194,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rows = [_run_study(study, request, args, pathlib.Path(args.out)) for study in chosen]
     if len(rows) > 1:
         width = max(len(r.study) for r in rows)
-        print(f"\n{'study':<{width}}  status  checks  wall_s")
+        print(f"\n{'study':<{width}}  {'status':<12}  pass  fail  inc  n/p    wall_s")
         for r in rows:
-            print(f"{r.study:<{width}}  {r.status:<6}  {r.passed:>2}/{r.total:<3}  {r.wall_s:8.1f}")
-    return 0 if all(r.status == "PASS" for r in rows) else 1
+            print(r.line(width))
+        total = _Row("all", {v: sum((r.counts or {}).get(v, 0) for r in rows) for v in checks.VERDICTS}, 0.0)
+        print(f"{total.line(width)[:-10]}  (pass, fail, inconclusive, no power)")
+    bad = {"ERROR", "FAIL"} | ({"INCONCLUSIVE"} if args.strict else set())
+    return 1 if any(r.status in bad for r in rows) else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -275,6 +293,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-code-change", action="store_true",
                      help="with --resume: continue a checkpoint although the code it depends on changed")
     run.add_argument("--tensorboard", action="store_true", help="also write training curves as TensorBoard events")
+    run.add_argument("--strict", action="store_true", help="exit 1 on an INCONCLUSIVE check too")
     run.add_argument("--jobs", type=_positive_int, default=1,
                      help="with 'all': run up to JOBS studies side by side, one process each (default 1)")
     run.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process: address of process 0")

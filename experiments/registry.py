@@ -26,9 +26,9 @@ import pathlib
 import pkgutil
 from typing import Any, Callable, Mapping
 
-from experiments.checks import Check
+from experiments.checks import Check, Claim
 
-__all__ = ["Check", "RunContext", "Study", "Summary", "bench", "get", "load_all", "register"]
+__all__ = ["Check", "Claim", "RunContext", "Study", "Summary", "bench", "get", "load_all", "register"]
 
 Arrays = dict[str, Any]
 
@@ -100,6 +100,8 @@ class Study:
     ``quick_s``: about how many seconds ``run STUDY --quick`` takes on 2 cores beside one
     other study (measured; a scheduling hint only): ``run all --jobs N`` starts the
     longest ready study first, so the long ones do not end the run.
+    ``claims``: the claims ``summarize`` judges (:class:`experiments.checks.Claim`); every
+    check a run writes must judge one of them, and the generated study page lists them.
     """
 
     name: str
@@ -118,6 +120,7 @@ class Study:
     bench: Callable[[pathlib.Path], dict[str, Any]] | None = None
     after: tuple[str, ...] = ()
     quick_s: float = 0.0
+    claims: tuple[Claim, ...] = ()
 
     def __post_init__(self):
         if self.name.count(".") != 1:
@@ -129,6 +132,9 @@ class Study:
         for preset in (self.quick, self.full):
             if not isinstance(preset, self.config_type):
                 raise ValueError(f"study {self.name!r}: presets must be {self.config_type.__name__}, got {type(preset).__name__}")
+        names = [c.name for c in self.claims]
+        if len(set(names)) != len(names):
+            raise ValueError(f"study {self.name!r}: claims declared twice in {names}")
         if self.traced and self.compute_sweep is None:
             raise ValueError(f"study {self.name!r}: traced fields need compute_sweep")
 

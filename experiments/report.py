@@ -1,14 +1,17 @@
-"""``REPORT.md`` from the result folders under DIR: one headline table, then one section per study.
+"""``REPORT.md`` from the result folders under DIR: the verdicts first, then the evidence.
 
 Layout:
 
-1. a headline table over every study: each headline claim (a check with a ``claim``
-   sentence; every check of a study that marks none) with the paper's number, ours,
-   the target and the verdict;
-2. one table per sweep (``DIR/STUDY/sweep/FIELD=V/``): the check values against the
+1. **the first screen**: one row per study: its paper, its check counts by verdict
+   (pass / fail / inconclusive / no power) and its wall time;
+2. **per paper**, each headline claim as one row (a check with a ``claim`` sentence;
+   every check of a study that marks none), named by study and check so that no two
+   rows read alike: the paper's number, ours with its 95% interval and unit count, the
+   margin, the negative control's value and verdict, our verdict;
+3. one table per sweep (``DIR/STUDY/sweep/FIELD=V/``): the check values against the
    swept value, and a figure of them (``DIR/STUDY/sweep/FIELD.png``);
-3. per study: its headline table, its ``table.csv``, its figures, then the full metric
-   list, config and provenance folded in ``<details>``.
+4. per study: every check, its ``table.csv``, its figures, then the full metric list,
+   config and provenance folded in ``<details>``.
 
 A folder whose ``result.json`` is unreadable, or that holds only ``error.txt``, is
 reported as such; the report never fails on one bad folder.
@@ -22,7 +25,7 @@ import pathlib
 import urllib.parse
 from typing import Any
 
-from experiments import io, results
+from experiments import checks, io, results
 
 __all__ = ["write"]
 
@@ -54,17 +57,48 @@ def headline_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     return marked or result["checks"]
 
 
+PAPERS = {
+    "pmd": "PolicyAttention: softmax attention as policy mirror descent (arXiv 2609.30500)",
+    "regret": "Training with (Swap) Regret Loss in a Single-Layer Self-Attention Model",
+    "rate": "Recurrent Action Transformer with Memory (RATE, arXiv 2306.09459)",
+    "uat": "Breaking Feedback-Blindness: Utility-Augmented Transformer (UAT, arXiv 2607.18910)",
+}
+_COUNT_HEADS = ("pass", "fail", "inconclusive", "no power")
+
+
 def _verdict(check: dict[str, Any]) -> str:
-    return "PASS" if check["passed"] is True else "**FAIL**"
+    v = check["verdict"]
+    return v if v == checks.PASS else f"**{v}**"
 
 
-def _claim_rows(result: dict[str, Any], study: str | None) -> list[str]:
-    lead = [study] if study else []
-    return [
-        _row(lead + [cell(c.get("claim") or c["name"]), cell(c.get("paper")) if c.get("paper") is not None else "—",
-                     cell(c["value"]), cell(c["target"]), _verdict(c)])
-        for c in headline_checks(result)
-    ]
+def _ours(check: dict[str, Any]) -> str:
+    """``0.12 [0.05, 0.19] n=8 seed`` (interval) or ``840 (exact)``."""
+    if check["kind"] == "exact":
+        return f"{cell(check['value'])} (exact)"
+    if check["lo"] is None or check["hi"] is None:
+        return f"{cell(check['value'])} [no interval] n={check['n']} {check['unit']}"
+    return f"{cell(check['value'])} [{cell(check['lo'])}, {cell(check['hi'])}] n={check['n']} {check['unit']}"
+
+
+def _control(check: dict[str, Any]) -> str:
+    ctrl = check.get("control")
+    if not ctrl:
+        return "—"
+    if ctrl["value"] is None:
+        return f"{cell(ctrl['arm'])}: {ctrl['verdict']}"
+    return f"{cell(ctrl['arm'])}: {cell(ctrl['value'])}, {ctrl['verdict']}"
+
+
+def _check_row(check: dict[str, Any], lead: list[str]) -> str:
+    paper = cell(check.get("paper")) if check.get("paper") is not None else "—"
+    verdict = _verdict(check)
+    if check.get("n_needed"):
+        verdict += f" (~{check['n_needed']} {check['unit']})"
+    return _row(lead + [cell(check.get("claim") or check["name"]), paper, _ours(check), cell(check["target"]),
+                        _control(check), verdict])
+
+
+_CHECK_HEADS = ("claim", "paper", "ours [95% CI] n", "margin", "control", "verdict")
 
 
 def _link(folder: pathlib.Path, out: pathlib.Path, name: str) -> str:
@@ -101,8 +135,6 @@ def _details(result: dict[str, Any]) -> list[str]:
     for key in list(metrics) + [k for k in paper if k not in metrics]:
         lines.append(_row([cell(key), cell(metrics[key]) if key in metrics else "",
                            cell(paper[key]) if key in paper else ""]))
-    lines += ["", "All checks:", ""] + _header("check", "value", "target", "result")
-    lines += [_row([cell(c["name"]), cell(c["value"]), cell(c["target"]), _verdict(c)]) for c in result["checks"]]
     overrides = ", ".join(f"`{o['field']}={json.dumps(o['value'])}`" for o in result.get("overrides", [])) or "none"
     p = result["provenance"]
     prov = " · ".join([f"{k} {cell(p[k])}" for k in ("git", "jax", "backend", "devices", "processes") if k in p]
@@ -112,13 +144,16 @@ def _details(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _counts_text(counts: dict[str, int]) -> str:
+    return " · ".join(f"{counts[v]} {h}" for v, h in zip(checks.VERDICTS, _COUNT_HEADS) if counts[v]) or "no checks"
+
+
 def _study_section(name: str, folder: pathlib.Path, out: pathlib.Path, result: dict[str, Any]) -> list[str]:
-    checks = result["checks"]
-    passed = sum(c["passed"] is True for c in checks)
     mode = "quick" if result["quick"] else "full"
     wall = results.wall_text(result["provenance"])
-    lines = [f"## {name}", "", f"{mode} size · {passed}/{len(checks)} checks pass · {wall} wall", ""]
-    lines += _header("claim", "paper", "ours", "target", "verdict") + _claim_rows(result, None) + [""]
+    counts = results.verdict_counts(result["checks"])
+    lines = [f"## {name}", "", f"{mode} size · {_counts_text(counts)} · {wall} wall", ""]
+    lines += _header("check", *_CHECK_HEADS) + [_check_row(c, [f"`{c['name']}`"]) for c in result["checks"]] + [""]
     lines += _table_csv(folder / "table.csv")
     for png in sorted(folder.glob("*.png")):
         lines += [f"![{png.stem}]({_link(folder, out, png.name)})", ""]
@@ -170,14 +205,12 @@ def _sweep_sections(out: pathlib.Path) -> list[str]:
             rows.sort(key=lambda r: json.dumps(r[0]) if not isinstance(r[0], (int, float)) else r[0])
             names = [c["name"] for c in headline_checks(rows[0][1])]
             lines += [f"### Sweep: {study} over `{field}`", ""]
-            lines += _header(field, *names, "checks passed")
+            lines += _header(field, *names, "verdicts")
             for value, result in rows:
                 by_name = {c["name"]: c for c in result["checks"]}
-                shown = [f"{cell(by_name[n]['value'])} {'✓' if by_name[n]['passed'] else '✗'}" if n in by_name else ""
-                         for n in names]
-                passed = sum(c["passed"] is True for c in result["checks"])
+                shown = [f"{cell(by_name[n]['value'])} {by_name[n]['verdict']}" if n in by_name else "" for n in names]
                 lines.append(_row([cell(json.dumps(value) if not isinstance(value, (int, float)) else value), *shown,
-                                   f"{passed}/{len(result['checks'])}"]))
+                                   _counts_text(results.verdict_counts(result["checks"]))]))
             lines.append("")
             figure = root / f"{field}.png"
             if _sweep_figure(study, field, rows, figure):
@@ -188,29 +221,43 @@ def _sweep_sections(out: pathlib.Path) -> list[str]:
 def write(out: pathlib.Path) -> tuple[pathlib.Path, int]:
     """Write ``out/REPORT.md``; returns its path and the number of study folders."""
     folders = sorted(d for d in out.iterdir() if d.is_dir() and ((d / results.RESULT).exists() or (d / _ERROR).exists()))
-    headline = _header("study", "claim", "paper", "ours", "target", "verdict")
-    summary, body, totals = [], [], [0, 0]
+    first = _header("study", "paper", *_COUNT_HEADS, "wall")
+    claims: dict[str, list[str]] = {}
+    body, totals = [], dict.fromkeys(checks.VERDICTS, 0)
     for folder in folders:
         name = folder.name
+        paper = name.split(".")[0]
         note = [f"The last run of {name} raised; its traceback is in `{name}/{_ERROR}`.", ""] \
             if (folder / _ERROR).exists() else []
         if not (folder / results.RESULT).exists():
-            summary.append(f"- {name}: raised, no result")
+            first.append(_row([f"[{name}](#{_anchor(name)})", paper, "raised, no result", "", "", "", ""]))
             body += [f"## {name}", ""] + note
             continue
         try:
             result = results.load(folder / results.RESULT)
         except results.InvalidResult as err:
-            summary.append(f"- {name}: unreadable result.json")
+            first.append(_row([f"[{name}](#{_anchor(name)})", paper, "unreadable result.json", "", "", "", ""]))
             body += [f"## {name}", "", f"**result.json is unreadable:** {cell(str(err))}", ""] + note
             continue
-        headline += _claim_rows(result, f"`{name}`")
-        totals[0] += sum(c["passed"] is True for c in result["checks"])
-        totals[1] += len(result["checks"])
+        counts = results.verdict_counts(result["checks"])
+        totals = {v: totals[v] + counts[v] for v in checks.VERDICTS}
+        wall = result["provenance"].get("wall_s")
+        first.append(_row([f"[{name}](#{_anchor(name)})", paper, *(str(counts[v]) for v in checks.VERDICTS),
+                           f"{wall:.0f} s" if isinstance(wall, (int, float)) else "?"]))
+        claims.setdefault(paper, []).extend(_check_row(c, [f"`{name}` `{c['name']}`"]) for c in headline_checks(result))
         body += _study_section(name, folder, out, result) + note
-    intro = ["# Results", "", f"From `{out}/*/{results.RESULT}`: {len(folders)} studies, "
-             f"{totals[0]}/{totals[1]} checks pass. Each row below is a claim of a paper, measured on our run; "
-             "'paper' is the paper's own number where it gives one.", ""]
-    text = "\n".join(intro + headline + [""] + summary + ([""] if summary else []) + _sweep_sections(out) + body)
+    intro = ["# Results", "", f"From `{out}/*/{results.RESULT}`: {len(folders)} studies; checks "
+             f"{_counts_text(totals)}. A verdict is PASS or FAIL when the whole 95% interval over the named "
+             "units is on one side of the margin, INCONCLUSIVE otherwise; NO POWER when the negative control "
+             "passes too.", ""]
+    by_paper = ["", "## Headline claims, by paper", ""]
+    for paper, rows in claims.items():
+        by_paper += [f"### {PAPERS.get(paper, paper)}", ""] + _header("study · check", *_CHECK_HEADS) + rows + [""]
+    text = "\n".join(intro + first + by_paper + _sweep_sections(out) + body)
     path = io.atomic_write_text(out / "REPORT.md", text.rstrip("\n") + "\n")
     return path, len(folders)
+
+
+def _anchor(name: str) -> str:
+    """The GitHub-style anchor of the ``## name`` heading."""
+    return name.replace(".", "").lower()

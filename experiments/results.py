@@ -3,9 +3,14 @@
 Keys: ``study, quick, config, overrides, metrics, checks, paper, provenance``, and
 ``sweep`` (``{"field", "value"}``, with ``"vmapped": true`` when every value ran in one
 program, whose wall and compile seconds the provenance then gives) in a sweep's folders.
-Each check is ``{name, value, target, passed, paper, claim}``; ``paper`` is the
-paper's number for it or ``null``. JSON has no NaN or infinity: a non-finite number
-is written as ``null`` and shown as ``non-finite`` in the report.
+Each check (:class:`experiments.checks.Check`) is ``{name, claim, kind, value, target,
+verdict, passed, paper, n, unit, lo, hi, se, method, control, n_needed}``: ``kind`` is
+``interval`` (``value`` the mean over ``n`` units, ``[lo, hi]`` its interval) or ``exact``;
+``verdict`` is PASS, FAIL, INCONCLUSIVE or NO POWER and ``passed`` is ``verdict == PASS``;
+``control`` is ``{arm, verdict, value, lo, hi, n}`` or ``null``; ``paper`` is the paper's
+number for it or ``null``. JSON has no NaN or infinity: a non-finite number is written
+as ``null`` and shown as ``non-finite`` in the report (an infinite interval edge: no
+interval, one unit).
 """
 from __future__ import annotations
 
@@ -16,14 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from experiments.checks import Check
+from experiments.checks import VERDICTS, Check
 from experiments.configs import to_json
 
-__all__ = ["InvalidResult", "RESULT", "build", "load", "wall_text"]
+__all__ = ["InvalidResult", "RESULT", "build", "load", "check_text", "verdict_counts", "wall_text"]
 
 RESULT = "result.json"
 _KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
-_CHECK_KEYS = {"name", "value", "target", "passed", "paper", "claim"}
+_CHECK_KEYS = {"name", "claim", "kind", "value", "target", "verdict", "passed", "paper", "n", "unit", "lo", "hi",
+               "se", "method", "control", "n_needed"}
 
 
 class InvalidResult(ValueError):
@@ -49,23 +55,49 @@ def _numbers(values: Any, where: str) -> dict[str, float]:
     return {key: _number(value, f"{where}[{key!r}]") for key, value in values.items()}
 
 
-def _check(check: Any, i: int, study: str, seen: set[str]) -> dict[str, Any]:
+def _optional(value: Any, where: str) -> float | None:
+    return None if value is None else _number(value, where)
+
+
+def _check(check: Any, i: int, study: str, seen: set[str], claims: tuple) -> dict[str, Any]:
     where = f"study {study!r}: checks[{i}]"
     if not isinstance(check, Check):
         raise InvalidResult(f"{where} must be a Check, got {type(check).__name__}")
     if not isinstance(check.name, str) or not check.name or check.name in seen:
         raise InvalidResult(f"{where}.name must be a new non-empty str, got {check.name!r}")
-    if not isinstance(check.target, str) or not isinstance(check.passed, (bool, np.bool_)):
-        raise InvalidResult(f"{where} needs a str target and a bool passed, got {check.target!r}, {check.passed!r}")
+    if not isinstance(check.target, str) or check.verdict not in VERDICTS or check.kind not in ("exact", "interval"):
+        raise InvalidResult(f"{where} needs a str target, a verdict in {VERDICTS} and kind exact or interval, "
+                            f"got {check.target!r}, {check.verdict!r}, {check.kind!r}")
+    if claims and not any(c.matches(check.name) for c in claims):
+        raise InvalidResult(f"{where}: {check.name!r} judges no claim the study declares")
     seen.add(check.name)
+    ctrl = check.control
     return {
         "name": check.name,
+        "claim": str(check.claim),
+        "kind": check.kind,
         "value": _number(check.value, f"{where}.value"),
         "target": check.target,
-        "passed": bool(check.passed),
-        "paper": None if check.paper is None else _number(check.paper, f"{where}.paper"),
-        "claim": str(check.claim),
+        "verdict": check.verdict,
+        "passed": check.passed,
+        "paper": _optional(check.paper, f"{where}.paper"),
+        "n": int(check.n),
+        "unit": str(check.unit),
+        "lo": _optional(check.lo, f"{where}.lo"),
+        "hi": _optional(check.hi, f"{where}.hi"),
+        "se": _optional(check.se, f"{where}.se"),
+        "method": str(check.method),
+        "control": None if ctrl is None else {
+            "arm": ctrl.arm, "verdict": ctrl.verdict, "value": _optional(ctrl.value, f"{where}.control.value"),
+            "lo": _optional(ctrl.lo, f"{where}.control.lo"), "hi": _optional(ctrl.hi, f"{where}.control.hi"),
+            "n": int(ctrl.n)},
+        "n_needed": check.n_needed,
     }
+
+
+def verdict_counts(checks: list[dict[str, Any]]) -> dict[str, int]:
+    """``{verdict: count}`` over a result's checks, every verdict present (0 when none)."""
+    return {v: sum(c.get("verdict") == v for c in checks) for v in VERDICTS}
 
 
 def build(
@@ -78,6 +110,7 @@ def build(
     paper: Any,
     provenance: dict[str, Any],
     sweep: dict[str, Any] | None = None,
+    claims: tuple = (),
 ) -> dict[str, Any]:
     """Validate one run's pieces and assemble result.json (InvalidResult naming the bad field)."""
     if not isinstance(checks, (list, tuple)):
@@ -89,7 +122,7 @@ def build(
         "config": to_json(config),
         "overrides": [{"field": path, "value": to_json(value)} for path, value in overrides],
         "metrics": _numbers(metrics, f"study {study!r}: metrics"),
-        "checks": [_check(c, i, study, seen) for i, c in enumerate(checks)],
+        "checks": [_check(c, i, study, seen, claims) for i, c in enumerate(checks)],
         "paper": _numbers(dict(paper), f"study {study!r}: paper"),
         "provenance": provenance,
     }
@@ -120,6 +153,27 @@ def load(path: pathlib.Path) -> dict[str, Any]:
     ):
         raise InvalidResult(f"{path}: checks must be a list of {sorted(_CHECK_KEYS)} objects")
     return result
+
+
+def _num(x: float | None) -> str:
+    return "non-finite" if x is None else f"{x:.4g}"
+
+
+def check_text(check: dict[str, Any]) -> str:
+    """One check as text: ``0.12 [0.05, 0.19] (n=8 seeds) vs > 0.1; control UAT null: 0.01 [-0.02, 0.04] FAIL``."""
+    if check["kind"] == "exact":
+        return f"{_num(check['value'])} (exact) vs {check['target']}"
+    interval = f"[{_num(check['lo'])}, {_num(check['hi'])}]" if check["lo"] is not None else "[no interval]"
+    text = f"{_num(check['value'])} {interval} (n={check['n']} {check['unit']}) vs {check['target']}"
+    ctrl = check.get("control")
+    if ctrl:
+        if ctrl["value"] is None:
+            text += f"; control {ctrl['arm']}: {ctrl['verdict']}"
+        else:
+            text += f"; control {ctrl['arm']}: {_num(ctrl['value'])} {ctrl['verdict']}"
+    if check.get("n_needed"):
+        text += f"; about {check['n_needed']} {check['unit']} would decide it"
+    return text
 
 
 def wall_text(provenance: dict[str, Any]) -> str:

@@ -92,7 +92,7 @@ def finish(study: Study, config: Any, overrides: list, arrays: dict, out_dir: pa
         raise results.InvalidResult(f"study {study.name!r}: summarize must return a Summary, got {type(summary).__name__}")
     prov = {**provenance(), "processes": _process_count(), "wall_s": wall_s, "compile_s": compile_s}
     result = results.build(study.name, request.quick, config, overrides, summary.metrics, summary.checks,
-                           study.paper, prov, sweep)
+                           study.paper, prov, sweep, study.claims)
     if distributed.is_writer():
         out_dir.mkdir(parents=True, exist_ok=True)
         _write_outputs(study, config, arrays, summary, out_dir, request)

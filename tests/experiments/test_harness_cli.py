@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import scipy.stats
 
 from experiments import checks, cli, io, registry, results, sweep
 from experiments.registry import Study, Summary
@@ -80,12 +81,18 @@ def _toy_compute_sweep(cfg: ToyConfig, field, values, ctx):
     return out
 
 
+LOSS_FALLS = checks.Claim("final_loss_small", "the loss falls", "<", 2.0, paper=1.5, control="the initial loss",
+                          fails_if="training does not lower the loss")
+SEEDS_RUN = checks.Claim("seeds_run", "every seed ran", ">=", 1, exact=True, fails_if="a seed is lost")
+GAP_SMALL = checks.Claim("gap_small", "the gap is small", "<", 0.1, exact=True, fails_if="the gap is 0.3")
+
+
 def _toy_summarize(cfg: ToyConfig, arrays):
     final = float(np.mean(arrays["final"]))
+    initial = arrays["curves"]["toy"]["loss"][:, 0]
     return Summary(
         metrics={"final_loss": final, "blowup": math.nan},
-        checks=[checks.below("final_loss_small", final, 2.0, paper=1.5, claim="the loss falls"),
-                checks.at_least("seeds_run", float(len(arrays["final"])), 1)],
+        checks=[LOSS_FALLS.judge(arrays["final"], control=initial), SEEDS_RUN.judge(len(arrays["final"]))],
         tables={"table": {"seed": np.arange(len(arrays["final"])), "final": arrays["final"]}},
     )
 
@@ -106,11 +113,11 @@ def toys(monkeypatch):
     monkeypatch.setattr(registry, "_STUDIES", {})
     monkeypatch.setattr(registry, "load_all", lambda: dict(sorted(registry._STUDIES.items())))
     toy = dict(config_type=ToyConfig, quick=TOY_QUICK, full=TOY_FULL, compute=_toy_compute,
-               summarize=_toy_summarize, write=_toy_write, module=__name__)
+               summarize=_toy_summarize, write=_toy_write, module=__name__, claims=(LOSS_FALLS, SEEDS_RUN))
     registry.register(Study(name="toy.train", summary="a training toy", paper={"final_loss": 1.5},
                             seeds_field="num_seeds", traced=("lr",), compute_sweep=_toy_compute_sweep, **toy))
     registry.register(Study(name="toy.fixed", summary="a toy with a fixed size", **toy))
-    fail = lambda cfg, arrays: Summary({"gap": 0.3}, [checks.below("gap_small", 0.3, 0.1)])
+    fail = lambda cfg, arrays: Summary({"gap": 0.3}, [GAP_SMALL.judge(0.3)])
     registry.register(Study(name="toy.fail", summary="a failing claim", config_type=ToyConfig, quick=TOY_QUICK,
                             full=TOY_FULL, compute=_constant_compute, summarize=fail, module=__name__))
 
@@ -150,9 +157,17 @@ def test_run_writes_the_result_contract(toys, tmp_path, capsys):
                                 {"field": "num_seeds", "value": 3}]
     assert res["metrics"]["blowup"] is None  # NaN is written as null
     expected = np.mean((1 - 0.5) ** 4 * (1 + np.arange(3)))
+    final = (1 - 0.5) ** 4 * (1 + np.arange(3))
+    half = scipy.stats.t.ppf(0.975, 2) * final.std(ddof=1) / np.sqrt(3)
     check = res["checks"][0]
-    assert check == {"name": "final_loss_small", "value": pytest.approx(expected), "target": "< 2",
-                     "passed": True, "paper": 1.5, "claim": "the loss falls"}
+    assert check == {"name": "final_loss_small", "value": pytest.approx(expected), "target": "< 2", "kind": "interval",
+                     "verdict": "PASS", "passed": True, "paper": 1.5, "claim": "the loss falls", "n": 3, "unit": "seed",
+                     "lo": pytest.approx(expected - half), "hi": pytest.approx(expected + half),
+                     "se": pytest.approx(final.std(ddof=1) / np.sqrt(3)), "method": "t95%", "n_needed": None,
+                     "control": {"arm": "the initial loss", "verdict": "INCONCLUSIVE", "value": pytest.approx(1.0),
+                                 "lo": pytest.approx(1 - scipy.stats.t.ppf(0.975, 2) * 0.5 / np.sqrt(3)),
+                                 "hi": pytest.approx(1 + scipy.stats.t.ppf(0.975, 2) * 0.5 / np.sqrt(3)), "n": 3}}
+    assert res["checks"][1]["kind"] == "exact" and res["checks"][1]["verdict"] == "PASS"
     assert res["provenance"]["devices"] == 4 and res["provenance"]["processes"] == 1
     files = sorted(p.name for p in (tmp_path / "toy.train").iterdir())
     assert files == ["curve.png", "curves.csv", "result.json", "table.csv"]  # checkpoint folder removed
@@ -161,8 +176,8 @@ def test_run_writes_the_result_contract(toys, tmp_path, capsys):
     model, seed, step, loss, grad = rows[1 + 4 * 2 + 1].split(",")  # seed 2, step 2
     assert (model, seed, step) == ("toy", "2", "2") and float(loss) == pytest.approx(0.25 * 3)
     out = capsys.readouterr().out
-    assert "PASS  final_loss_small" in out
-    assert f"toy.train: 2/2 checks passed in {results.wall_text(res['provenance'])}" in out  # with its compile share
+    assert "PASS          final_loss_small: 0.125 [" in out and "control the initial loss: 1 INCONCLUSIVE" in out
+    assert f"toy.train: 2 pass in {results.wall_text(res['provenance'])}" in out  # with its compile share
 
 
 def test_config_file_then_set(toys, tmp_path):
@@ -248,8 +263,16 @@ def test_run_all_survives_a_crashing_study(toys, tmp_path, capsys):
     assert "RuntimeError: toy crash" in captured.err
     assert (tmp_path / "toy.train" / "result.json").exists() and (tmp_path / "toy.fail" / "result.json").exists()
     assert "toy crash" in (tmp_path / "toy.raises" / "error.txt").read_text()
-    for name, status in [("toy.train", "PASS"), ("toy.fail", "FAIL"), ("toy.raises", "ERROR")]:
+    # two quick seeds give toy.train's loss an interval too wide to decide: INCONCLUSIVE (exit 1 is toy.fail's)
+    for name, status in [("toy.train", "INCONCLUSIVE"), ("toy.fail", "FAIL"), ("toy.raises", "ERROR")]:
         assert any(line.split()[:2] == [name, status] for line in captured.out.splitlines())
+
+
+def test_inconclusive_exits_0_unless_strict(toys, tmp_path, capsys):
+    assert cli.main(["run", "toy.train", "--quick", "--out", str(tmp_path)]) == 0
+    check = _result(tmp_path / "toy.train")["checks"][0]
+    assert check["verdict"] == "INCONCLUSIVE" and check["n"] == 2 and check["n_needed"] >= 3
+    assert cli.main(["run", "toy.train", "--quick", "--strict", "--out", str(tmp_path)]) == 1
 
 
 def test_traced_sweep_is_one_program_and_matches_single_runs(toys, tmp_path):
@@ -266,7 +289,7 @@ def test_traced_sweep_is_one_program_and_matches_single_runs(toys, tmp_path):
     assert cli.main(["report", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "### Sweep: toy.train over `lr`" in text
-    assert "| lr | final_loss_small | checks passed |" in text
+    assert "| lr | final_loss_small | seeds_run | verdicts |" in text
     assert "![sweep lr](toy.train/sweep/lr.png)" in text and (root / "lr.png").exists()
 
 
@@ -283,24 +306,31 @@ def test_untraced_sweep_runs_per_value_and_resume_keeps_done_values(toys, tmp_pa
 
 
 def test_report_headline_sections_and_corrupt_result(toys, tmp_path, capsys):
-    assert cli.main(["run", "toy.train", "--quick", "--out", str(tmp_path)]) == 0
+    assert cli.main(["run", "toy.train", "--seeds", "3", "--set", "lr=0.5", "--out", str(tmp_path)]) == 0
     assert cli.main(["run", "toy.fail", "--out", str(tmp_path)]) == 1
     assert cli.main(["run", "toy.raises", "--out", str(tmp_path)]) == 1
     (tmp_path / "toy.broken").mkdir()
     (tmp_path / "toy.broken" / "result.json").write_text("{")
     assert cli.main(["report", "--out", str(tmp_path)]) == 0
     lines = (tmp_path / "REPORT.md").read_text().splitlines()
-    assert "| study | claim | paper | ours | target | verdict |" in lines
+    first = lines[: lines.index("## Headline claims, by paper")]
+    assert len(first) <= 40 and "| study | paper | pass | fail | inconclusive | no power | wall |" in first
+    assert "| [toy.fail](#toyfail) | toy | 0 | 1 | 0 | 0 | 0 s |" in first
+    assert "| [toy.broken](#toybroken) | toy | unreadable result.json |  |  |  |  |" in first
+    assert "| [toy.raises](#toyraises) | toy | raised, no result |  |  |  |  |" in first
     head = lines[: lines.index("## toy.fail")]
-    assert "| `toy.train` | the loss falls | 1.5 | 0.9841 | < 2 | PASS |" in head  # only its claim-marked check
-    assert "| `toy.fail` | gap_small | — | 0.3 | < 0.1 | **FAIL** |" in head  # no claim marked: every check
-    assert "- toy.broken: unreadable result.json" in lines and "- toy.raises: raised, no result" in lines
+    final = (1 - 0.5) ** 5 * (1 + np.arange(3))  # loss_t at the last step
+    half = scipy.stats.t.ppf(0.975, 2) * final.std(ddof=1) / np.sqrt(3)
+    ours = f"{final.mean():.4g} [{final.mean() - half:.4g}, {final.mean() + half:.4g}] n=3 seed"
+    assert (f"| `toy.train` `final_loss_small` | the loss falls | 1.5 | {ours} | < 2 | the initial loss: 1, "
+            "INCONCLUSIVE | PASS |") in head  # only its claim-marked checks
+    assert "| `toy.fail` `gap_small` | the gap is small | — | 0.3 (exact) | < 0.1 | — | **FAIL** |" in head
     assert "<details><summary>All metrics, config and provenance</summary>" in lines
-    assert "| blowup | non-finite |  |" in lines and "| final_loss | 0.9841 | 1.5 |" in lines
+    assert "| blowup | non-finite |  |" in lines and f"| final_loss | {final.mean():.4g} | 1.5 |" in lines
     assert "![curve](toy.train/curve.png)" in lines
     assert "| seed | final |" in lines  # table.csv
     train = _result(tmp_path / "toy.train")
-    assert f"quick size · 2/2 checks pass · {results.wall_text(train['provenance'])} wall" in lines
+    assert f"full size · 2 pass · {results.wall_text(train['provenance'])} wall" in lines
     provenance = next(line for line in lines if line.startswith("Provenance: git "))
     assert provenance.endswith(f"`XLA_FLAGS={os.environ['XLA_FLAGS']}`")  # how the numbers were computed
 
