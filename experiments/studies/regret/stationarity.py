@@ -21,10 +21,6 @@ check tests a qualitative claim or an exact identity. Checks, and how each could
   d; a root scaling other than T^(-1/2) gives a T trend of many standard errors.
 * ``kappa_star_monotone_in_d`` (every step > -2 se) and ``kappa_star_grows_in_d`` (> 3 se):
   kappa* must grow with d, a flat or decreasing kappa*(d) fails them.
-* ``kappa_star_growth_is_slow``: the growth ratio kappa*(d_max) / kappa*(d_min) must lie nearer
-  (in log scale) to the Hedge scale sqrt(ln d_max / ln d_min) than to the sqrt(d) scale
-  sqrt(d_max / d_min): below their geometric mean. sqrt(d) growth, or anything faster, fails
-  it (at the quick ds 2..10 the bound is 2.02 and sqrt(d) growth gives 2.24).
 * ``F0_exact``, ``dF0_exact``, ``mean_regret_is_sqrtT_mu_d`` (z < 4.5): the Monte-Carlo F(0),
   F'(0) and E[R] against the closed forms of docs/regret.md §5.4 and Proposition 5; a wrong
   estimator, sampler or closed form fails them.
@@ -45,6 +41,15 @@ check tests a qualitative claim or an exact identity. Checks, and how each could
 * ``swap_gradient_along_P_at_half_eta_star`` (|z| > 5 for every head) and
   ``swap_gradient_off_P_vanishes_at_half_eta_star`` (z < 4.5): off the root every head's
   diagonal block is alpha P with alpha != 0, one alpha for all heads, and every other block is zero.
+
+Reported, not checked: the growth ratio kappa*(d_max) / kappa*(d_min) (``kappa_growth_ratio``) beside the Hedge
+scale sqrt(ln d_max / ln d_min) and the sqrt(d) scale sqrt(d_max / d_min). It was the check
+``kappa_star_growth_is_slow`` (below the two scales' geometric mean, 2.02 at ds 2..10), demoted because it had no
+power: the paper's claim is polylogarithmic growth (eta* = Theta~(1/sqrt(T))), which sqrt(ln d) growth satisfies by
+definition, so no arm the claim must exclude grows slower than the Hedge scale, and growth 10% short of sqrt(d)
+also passed it. The statement that does discriminate, kappa* growing slower than sqrt(2 ln d) (the ratio
+kappa* / sqrt(2 ln d) falling in d, which sqrt(ln d) growth fails), is ``regret.limit``'s
+``hedge_ratio_decreases_in_d``, on the continuous-time limit up to d = 100.
 
 The pointwise shift invariance 1^T grad_V = 0 (and 1^T grad_{V_j} = 0 for every head) holds by
 construction (J 1 = 0) and is a test (``tests/regret_jax/test_regret_stationarity.py``); its
@@ -280,7 +285,6 @@ def summarize(config: ScanConfig, arrays: dict) -> Summary:
     d_lo, d_hi = config.ds[0], config.ds[-1]
     growth = kbar[d_hi] / kbar[d_lo]
     hedge, sqrt_d = np.sqrt(np.log(d_hi) / np.log(d_lo)), np.sqrt(d_hi / d_lo)
-    growth_cap = float(np.sqrt(hedge * sqrt_d))  # nearer the Hedge scale than the sqrt(d) scale
     growth_z = (kbar[d_hi] - kbar[d_lo]) / np.hypot(kbar_se[d_hi], kbar_se[d_lo])
 
     metrics = {f"kappa_star_d{d}": kbar[d] for d in config.ds}
@@ -296,8 +300,6 @@ def summarize(config: ScanConfig, arrays: dict) -> Summary:
                      claim="eta* scales as 1/sqrt(T): kappa* = eta* sqrt(T) is constant in T"),
         checks.above("kappa_star_monotone_in_d", float(min(steps)), -2.0),
         checks.above("kappa_star_grows_in_d", float(growth_z), 3.0),
-        checks.below("kappa_star_growth_is_slow", float(growth), growth_cap,
-                     claim="kappa* grows only polylogarithmically in d (eta* = Theta~(1/sqrt(T)))"),
         checks.below("F0_exact", float(np.max(np.abs(rows["z_F0"]))), Z_MAX),
         checks.below("dF0_exact", float(np.max(np.abs(rows["z_dF0"]))), Z_MAX),
         checks.below("mean_regret_is_sqrtT_mu_d", float(np.max(rows["z_mean_R"])), Z_MAX),
