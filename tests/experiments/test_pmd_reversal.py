@@ -60,8 +60,8 @@ def test_result_contract_and_closed_form(clean_run):
     result = json.loads((clean_run / "result.json").read_text())
     assert set(result) == {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
     assert result["metrics"]["negative_cells_unmasked"] == 840 and result["metrics"]["negative_cells_masked"] == 0
-    assert all(c["passed"] for c in result["checks"])
-    assert 1 <= sum(bool(c["claim"]) for c in result["checks"]) <= 4
+    assert all(c["passed"] and c["kind"] == "exact" for c in result["checks"])
+    assert {c["name"] for c in result["checks"]} == {c.name for c in rev.STUDY.claims}
     assert (clean_run / "reversal.png").stat().st_size > 10_000
     table = _read_cells(clean_run / "table.csv")
     assert [float(r["threshold_formula"]) for r in table] == pytest.approx([0.8, 1.6, 2.4])
@@ -96,8 +96,8 @@ def test_summarize_on_synthetic_cells():
     assert summary.metrics["sign_law_violations_unmasked"] == 0
     assert summary.metrics["threshold_eta_kappa8"] == pytest.approx(1.65)
     assert not by_name["negative_cells_unmasked"].passed  # the paper's 840 is on the 601-eta grid
-    assert by_name["kappa = 8 published points (3 decimals)"].passed
-    assert by_name["masked gain > 0 for every eta > 0"].passed
+    assert by_name["published_points_kappa8"].passed
+    assert by_name["masked_gain_positive"].passed
     assert summary.tables["table"]["negative_cells"] == [44.0, 28.0, 12.0]
 
     # One masked cell turned negative and one unmasked cell with the wrong sign: both are caught.
@@ -109,13 +109,13 @@ def test_summarize_on_synthetic_cells():
     worse_by_name = {c.name: c for c in worse.checks}
     assert worse.metrics["negative_cells_masked"] == 1 and worse.metrics["sign_law_violations_unmasked"] == 1
     assert not worse_by_name["negative_cells_masked"].passed
-    assert not worse_by_name["identity dV_impl = dV_PMD - c zeta / (2(1 - gamma))"].passed
-    assert not worse_by_name["decoder equals section-14 closed form"].passed
+    assert not worse_by_name["identity_row_error_value"].passed
+    assert not worse_by_name["decoder_equals_closed_form"].passed
 
     # Without kappa = 8 the published points cannot be compared: the check fails, it does not pass silently.
     cfg4 = dataclasses.replace(cfg, kappas=(4.0,))
     no8 = {c.name: c for c in rev.summarize(cfg4, _synthetic(cfg4)).checks}
-    assert not no8["kappa = 8 published points (3 decimals)"].passed
+    assert not no8["published_points_kappa8"].passed
 
 
 def test_one_margin_writes_1202_cells(tmp_path):
@@ -127,7 +127,7 @@ def test_one_margin_writes_1202_cells(tmp_path):
     result = json.loads((tmp_path / "pmd.reversal" / "result.json").read_text())
     assert result["config"]["kappas"] == [4.0] and result["overrides"] == [{"field": "kappas", "value": [4.0]}]
     failed = {c["name"] for c in result["checks"] if not c["passed"]}
-    assert failed == {"negative_cells_unmasked", "kappa = 8 published points (3 decimals)"}
+    assert failed == {"negative_cells_unmasked", "published_points_kappa8"}
 
 
 @pytest.mark.parametrize("argv, names", [

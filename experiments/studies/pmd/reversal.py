@@ -18,23 +18,25 @@ unmasked eta on the grid whose gain is negative (0.805 at kappa = 4 on the 0.005
 since the cell at 0.8 itself has zero gain); the formula (1 - gamma) kappa / c is the
 separate metric ``threshold_formula_kappa{k}``.
 
-Checks, and how each could fail:
+Checks (all ``exact``: the grid is a deterministic float64 computation, no seed, so no
+interval and no control arm), and how each could fail:
 
 * ``negative_cells_unmasked`` == 840 and ``negative_cells_masked`` == 0 (the paper's
   counts): a decoder whose unmasked rows leak more or less mass to the other state, or
   whose mask leaks at all, changes the counts; other c, gamma or kappas move them.
-* ``decoder equals section-14 closed form`` (<= 1e-9): the decoder's forward map and the
+* ``decoder_equals_closed_form`` (<= 1e-9): the decoder's forward map and the
   hand-derived softmax of section 14 are separate code; a wrong token, weight or mask
   in either breaks it.
-* ``identity`` (<= 1e-13): dV_impl = dV_PMD - c zeta / (2(1 - gamma)) holds only if the
-  decoder's policy error enters the value as section 14 derives; a wrong Q, gamma or
-  policy evaluation breaks it.
-* ``sign law`` (0 violations): the reversal happens exactly past eta = (1 - gamma) kappa / c;
-  a decoder reversing elsewhere violates it.
-* ``masked gain > 0``: the state-local mask must remove the reversal altogether.
-* ``kappa = 8 published points`` (3 decimals): the paper's printed gains, ideal gains and
-  row errors at eta = 0.8, 1.6, 2.4; a grid without kappa = 8 or those etas cannot be
-  compared and fails (non-finite value).
+* ``identity_row_error_value`` (<= 1e-13): dV_impl = dV_PMD - c zeta / (2(1 - gamma))
+  holds only if the decoder's policy error enters the value as section 14 derives; a
+  wrong Q, gamma or policy evaluation breaks it.
+* ``sign_law`` (== 0 violations): the reversal happens exactly past
+  eta = (1 - gamma) kappa / c; a decoder reversing elsewhere violates it.
+* ``masked_gain_positive`` (smallest masked gain at eta > 0 above 0): the state-local mask
+  must remove the reversal altogether.
+* ``published_points_kappa8`` (<= 5e-4, half the printed 3rd decimal): the paper's printed
+  gains, ideal gains and row errors at eta = 0.8, 1.6, 2.4; a grid without kappa = 8 or
+  those etas cannot be compared and fails (non-finite value).
 
 The checks against the paper's counts are statements about the paper's configuration
 (c = 1, gamma = 0.8, nu = 20, the 601-eta grid, kappas 4, 8, 12): a run or sweep at any
@@ -73,6 +75,33 @@ PAPER = {
 }
 PUBLISHED_POINTS = (0.8, 1.6, 2.4)  # at kappa = 8; printed to 3 decimals in the paper
 TRACED = ("c", "gamma", "nu")  # array leaves of the grid program: a sweep over one is one vmapped program
+
+# Every claim is exact: the grid is a deterministic float64 computation (no seed, nothing to screen).
+NEGATIVE_UNMASKED = checks.Claim(
+    "negative_cells_unmasked", "without a mask, 840 of the 1,803 grid cells have a negative value gain", "==", 840.0,
+    exact=True, paper=PAPER["negative_cells_unmasked"],
+    fails_if="the unmasked rows leak more or less mass to the other state (or another c, gamma, grid or kappas)")
+NEGATIVE_MASKED = checks.Claim(
+    "negative_cells_masked", "with the state-local mask, no cell has a negative value gain", "==", 0.0, exact=True,
+    paper=PAPER["negative_cells_masked"], fails_if="the mask leaks any mass to the other state")
+CLOSED_FORM = checks.Claim(
+    "decoder_equals_closed_form", "the decoder's forward map equals the section-14 closed form on every cell "
+    "(max |difference| of gains and row errors)", "<=", 1e-9, exact=True,
+    fails_if="a wrong token, weight or mask in the decoder or in the hand-derived softmax")
+IDENTITY = checks.Claim(
+    "identity_row_error_value", "the actor's row error predicts the value lost exactly: "
+    "dV_impl = dV_PMD - c zeta / (2(1 - gamma)) to machine precision (max |deviation|)", "<=", 1e-13, exact=True,
+    paper=PAPER["max_identity_deviation"], fails_if="a wrong Q, gamma or policy evaluation")
+SIGN_LAW = checks.Claim(
+    "sign_law", "sgn dV = sgn[(1 - gamma) kappa - eta c] on every unmasked cell with eta > 0 (violations)", "==", 0.0,
+    exact=True, fails_if="the decoder reverses at another step than (1 - gamma) kappa / c")
+MASKED_GAIN = checks.Claim(
+    "masked_gain_positive", "with the mask the gain is positive for every eta > 0 (smallest gain)", ">", 0.0,
+    exact=True, fails_if="the mask does not remove the reversal altogether")
+PUBLISHED = checks.Claim(
+    "published_points_kappa8", "at kappa = 8 and eta = 0.8, 1.6, 2.4 the implemented gains are +0.916, 0.000, -2.009 "
+    "(ideal 0.950, 1.660, 2.084), row errors as printed (max |ours - printed|, half the 3rd decimal)", "<=", 5e-4,
+    exact=True, fails_if="another decoder or family; a grid without kappa = 8 or those etas (non-finite value)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,21 +232,13 @@ def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
     published_dev = (max(abs(metrics[k] - PAPER[k]) for k in printed) if all(k in metrics for k in printed)
                      else float("nan"))
     found = [
-        checks.equals("negative_cells_unmasked", metrics["negative_cells_unmasked"], PAPER["negative_cells_unmasked"],
-                      paper=PAPER["negative_cells_unmasked"],
-                      claim="without a mask, 840 of the 1,803 grid cells have a negative value gain"),
-        checks.equals("negative_cells_masked", metrics["negative_cells_masked"], PAPER["negative_cells_masked"],
-                      paper=PAPER["negative_cells_masked"],
-                      claim="with the state-local mask, no cell has a negative value gain"),
-        checks.at_most("decoder equals section-14 closed form", closed_dev, 1e-9),
-        checks.at_most("identity dV_impl = dV_PMD - c zeta / (2(1 - gamma))", metrics["max_identity_deviation"], 1e-13,
-                       paper=PAPER["max_identity_deviation"],
-                       claim="the actor's row error predicts the value lost exactly, to machine precision"),
-        checks.equals("sign law sgn dV = sgn[(1 - gamma) kappa - eta c], unmasked, eta > 0", float(sign_violations), 0),
-        checks.above("masked gain > 0 for every eta > 0", metrics["min_masked_gain_eta_positive"], 0.0),
-        checks.at_most("kappa = 8 published points (3 decimals)", published_dev, 5e-4,
-                       claim="at kappa = 8 and eta = 0.8, 1.6, 2.4 the implemented gains are +0.916, 0.000, -2.009 "
-                             "(ideal 0.950, 1.660, 2.084), row errors as printed"),
+        NEGATIVE_UNMASKED.judge(metrics["negative_cells_unmasked"]),
+        NEGATIVE_MASKED.judge(metrics["negative_cells_masked"]),
+        CLOSED_FORM.judge(closed_dev),
+        IDENTITY.judge(metrics["max_identity_deviation"]),
+        SIGN_LAW.judge(float(sign_violations)),
+        MASKED_GAIN.judge(metrics["min_masked_gain_eta_positive"]),
+        PUBLISHED.judge(published_dev),
     ]
     paper_family = (cfg.c, cfg.gamma) == (1.0, 0.8)  # the paper's thresholds are (1 - 0.8) kappa / 1
     table = {
@@ -263,4 +284,5 @@ STUDY = register(Study(
     summary="PolicyAttention reversal grid: 1,803 cells x (unmasked, masked) through the exact decoder",
     config_type=ReversalConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, traced=TRACED, compute_sweep=compute_sweep,
+    claims=(NEGATIVE_UNMASKED, NEGATIVE_MASKED, CLOSED_FORM, IDENTITY, SIGN_LAW, MASKED_GAIN, PUBLISHED),
 ))
