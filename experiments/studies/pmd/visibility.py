@@ -33,15 +33,21 @@ Files: ``per_input.csv`` (run, masked, band, input, state-mean row error and mov
 ``visibility.npz`` (inputs, PMD rows and every run's outputs), ``visibility.png`` (movement and row error, ours
 and paper, both variants), the kept model.
 
-Checks, and how each could fail:
+Checks (interval claims over seeds, 95% t intervals; a seed is a pair of runs that share seed, data and initial
+weights), and how each could fail:
 
-* ``visible actor reads the other states' memories`` (IID movement above ``move_threshold`` = 0.01): the PMD
-  target never depends on other states, so a visible actor that learned to ignore them (as a perfect PMD actor
-  does) moves by about 0.
-* ``masked actor closer to PMD (IID row error)``: masked row error below visible; fails if seeing every state's
-  memories costs the visible actor nothing (or helps it, e.g. by more context per packet).
-* ``masked actor loses value less often at low entropy`` (negative-gain share, masked below visible; paper 12.8%
-  against 22.7%): fails if the low-entropy failures are not caused by cross-state reading at all.
+* ``visible_reads_other_states`` (per-seed IID movement of the visible actor above ``move_threshold`` = 0.01;
+  control: the masked actor, whose movement is exactly 0): the PMD target never depends on other states, so a
+  visible actor that learned to ignore them (as a perfect PMD actor does) moves by about 0.
+* ``masked_closer_to_pmd_iid`` (per-seed paired IID row error, visible minus masked, above 0): fails if seeing
+  every state's memories costs the visible actor nothing (or helps it, e.g. by more context per packet).
+* ``masked_loses_value_less_low`` (per-seed paired low-entropy negative-gain share, visible minus masked, above
+  0; paper 22.7% against 12.8%): fails if the low-entropy failures are not caused by cross-state reading at all.
+
+The control of the last two is a placebo pair: the same difference between the visible actor and a third arm,
+a visible actor trained on another seed of the stream (run ``i + 2 seeds``, seed ``seeds + i``), which differs
+from it by its seed alone. The IID inputs are no control here: on stream 1 the visible actors also lose value on
+4-8% of IID inputs, the masked ones on 0-1.6%.
 """
 from __future__ import annotations
 
@@ -66,8 +72,28 @@ PAPER = {
     "negative_gain_share_low_masked": 0.128, "negative_gain_share_low_visible": 0.227,
 }
 VARIANTS = ("visible", "masked")
+ARMS = VARIANTS + ("placebo",)  # run i of arm a is run a * seeds + i; placebo: visible, seed seeds + i (control)
 BANDS = {"iid": "any", "low": "low"}  # metric band -> prior entropy band of pmd_jax.tasks
 KEPT = "visibility_actor"
+
+# Interval claims over seeds (pairs: visible and masked share seed, data and initial weights).
+READS_OTHERS = checks.Claim(
+    "visible_reads_other_states", "replacing only the other states' memories (PMD target unchanged) moves the "
+    "visible actor's row on IID inputs (per-seed mean row-L1 movement)", ">", 0.01, control="the masked actor",
+    paper=PAPER["movement_iid_visible"],
+    fails_if="the visible actor learned to ignore the other states' memories, as a perfect PMD actor does")
+MASKED_CLOSER = checks.Claim(
+    "masked_closer_to_pmd_iid", "the state-locally masked actor is closer to PMD than the visible one on IID inputs "
+    "(per-seed paired row-L1 difference, visible minus masked)", ">", 0.0,
+    control="placebo pair: the visible actor against a visible actor of another seed",
+    paper=PAPER["row_error_iid_visible"] - PAPER["row_error_iid_masked"],
+    fails_if="seeing every state's memories costs the visible actor nothing (or helps it)")
+MASKED_LOSES_LESS = checks.Claim(
+    "masked_loses_value_less_low", "the masked actor loses value less often on low-entropy inputs (per-seed paired "
+    "negative-gain share, visible minus masked)", ">", 0.0,
+    control="placebo pair: the visible actor against a visible actor of another seed",
+    paper=PAPER["negative_gain_share_low_visible"] - PAPER["negative_gain_share_low_masked"],
+    fails_if="the low-entropy failures are not caused by cross-state reading")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +129,13 @@ class VisibilityConfig:
 # Screened on stream 1 (2 pairs, 128 test MDPs per band, d_model 32, 2 layers, 800 steps; whole run, 2 cores shared
 # with other jobs at load ~6): batch 32 -> 108 s wall / 74 CPU-s (IID movement 0.104, IID row error 0.023 masked /
 # 0.076 visible, low-entropy negative share 0.016 / 0.164); batch 16 -> 90 s / 65 CPU-s (0.140; 0.025 / 0.098;
-# 0.020 / 0.191). Every claim holds with a wide margin at both, so QUICK takes batch 16.
+# 0.020 / 0.191). QUICK takes batch 16. For intervals (t at n - 1 = 1 is 12.7) it takes 4 pairs, screened on
+# stream 1 at batch 16 (154 s wall at load ~15, before the placebo arm): per-seed IID movement 0.131 +- 0.053
+# (95% half-width), paired row-error gap 0.066 +- 0.030, low-entropy negative-share gap 0.160 +- 0.050: each
+# interval clear of its margin.
 QUICK = VisibilityConfig(train=TrainConfig(model=ModelConfig(d_model=32, num_layers=2), num_steps=800, warmup=80,
                                            batch_size=16),
-                         seeds=2, chunks=2, n_test_mdps=128)
+                         seeds=4, chunks=2, n_test_mdps=128)
 FULL = VisibilityConfig(train=TrainConfig(num_steps=3200))
 
 
@@ -157,12 +186,16 @@ def evaluate(cfg: VisibilityConfig, params, masked: np.ndarray) -> dict:
 
 
 def compute(cfg: VisibilityConfig, ctx: RunContext) -> dict:
-    keys = np.concatenate([seed_keys(cfg.seeds, cfg.stream)] * 2)  # pair i: runs i and i + seeds
-    masked = np.repeat([0.0, 1.0], cfg.seeds)
-    flags = {"supervised": np.zeros(2 * cfg.seeds), "masked": masked}  # label-free KL-proximal objective
+    """Pair i is runs i (visible) and i + seeds (masked), same seed; run i + 2 seeds is the placebo: visible, seed
+    seeds + i of the stream (the control arm: two visible actors differ by their seed alone)."""
+    keys = seed_keys(2 * cfg.seeds, cfg.stream)
+    keys = np.concatenate([keys[:cfg.seeds], keys[:cfg.seeds], keys[cfg.seeds:]])
+    arm = np.repeat(np.arange(len(ARMS)), cfg.seeds)
+    masked = (arm == ARMS.index("masked")).astype(float)
+    flags = {"supervised": np.zeros(len(arm)), "masked": masked}  # label-free KL-proximal objective
     params, curves = training.train_runs(ctx, KEPT, cfg.train, visibility.ROLE, keys, flags, cfg.chunks)
-    return {"params": params, "masked": masked, "eval": evaluate(cfg, params, masked),
-            "curves": {v: {"loss": curves["loss"][masked == float(i)]} for i, v in enumerate(VARIANTS)}}
+    return {"params": params, "masked": masked, "arm": arm, "eval": evaluate(cfg, params, masked),
+            "curves": {v: {"loss": curves["loss"][arm == i]} for i, v in enumerate(ARMS)}}
 
 
 def _per_input(arrays: dict) -> dict:
@@ -175,32 +208,39 @@ def _per_input(arrays: dict) -> dict:
     return found
 
 
+def per_seed(arrays: dict) -> dict[str, dict[str, np.ndarray]]:
+    """Per arm of :data:`ARMS` and band, each seed's mean row error, mean movement and negative-gain share
+    (``{f"{quantity}_{band}": {arm: [seeds]}}``)."""
+    arm = np.asarray(arrays["arm"])
+    out = {}
+    for band, (err, move, gain) in _per_input(arrays).items():
+        for name, value in (("row_error", err.mean(axis=(1, 2))), ("movement", move.mean(axis=(1, 2))),
+                            ("negative_gain_share", (gain < 0).mean(1))):
+            out[f"{name}_{band}"] = {a: value[arm == i] for i, a in enumerate(ARMS)}
+    return out
+
+
 def summarize(cfg: VisibilityConfig, arrays: dict) -> Summary:
-    masked = np.asarray(arrays["masked"]) > 0.5
+    arm = np.asarray(arrays["arm"])
     per = _per_input(arrays)
     metrics = {}
     for band, (err, move, gain) in per.items():
-        for variant, rows in (("visible", ~masked), ("masked", masked)):
+        for variant in VARIANTS:
+            rows = arm == ARMS.index(variant)
             metrics[f"row_error_{band}_{variant}"] = float(err[rows].mean())
             metrics[f"movement_{band}_{variant}"] = float(move[rows].mean())
             metrics[f"movement_max_{band}_{variant}"] = float(move[rows].max())
             metrics[f"negative_gain_share_{band}_{variant}"] = float((gain[rows] < 0).mean())
         metrics[f"gain_ideal_min_{band}"] = float(np.min(arrays["eval"][band]["gain_ideal"]))
     metrics["movement_max_masked"] = max(metrics[f"movement_max_{b}_masked"] for b in per)
+    seeds = per_seed(arrays)
+    row, neg = seeds["row_error_iid"], seeds["negative_gain_share_low"]
     found = [
-        checks.above("visible actor reads the other states' memories", metrics["movement_iid_visible"],
-                     cfg.move_threshold, paper=PAPER["movement_iid_visible"],
-                     claim="replacing only the other states' memories (PMD target unchanged) moves the visible "
-                           "actor's row on IID inputs"),
-        checks.below("masked actor closer to PMD (IID row error)", metrics["row_error_iid_masked"],
-                     metrics["row_error_iid_visible"], paper=PAPER["row_error_iid_masked"],
-                     claim="row-L1 to PMD of the state-locally masked actor below the visible actor's "
-                           f"(paper {PAPER['row_error_iid_masked']} against {PAPER['row_error_iid_visible']})"),
-        checks.below("masked actor loses value less often at low entropy", metrics["negative_gain_share_low_masked"],
-                     metrics["negative_gain_share_low_visible"], paper=PAPER["negative_gain_share_low_masked"],
-                     claim="share of low-entropy inputs with negative gain, masked below visible (paper "
-                           f"{PAPER['negative_gain_share_low_masked']} against "
-                           f"{PAPER['negative_gain_share_low_visible']})"),
+        READS_OTHERS.judge(seeds["movement_iid"]["visible"], control=seeds["movement_iid"]["masked"]),
+        MASKED_CLOSER.judge(checks.paired(row["visible"], row["masked"]),
+                            control=checks.paired(row["visible"], row["placebo"])),
+        MASKED_LOSES_LESS.judge(checks.paired(neg["visible"], neg["masked"]),
+                                control=checks.paired(neg["visible"], neg["placebo"])),
     ]
     quantities = [("movement", "iid"), ("movement", "low"), ("row_error", "iid"), ("row_error", "low"),
                   ("negative_gain_share", "iid"), ("negative_gain_share", "low")]
@@ -208,22 +248,23 @@ def summarize(cfg: VisibilityConfig, arrays: dict) -> Summary:
     for variant in VARIANTS:
         table[variant] = [metrics[f"{q}_{b}_{variant}"] for q, b in quantities]
         table[f"{variant}_paper"] = [PAPER.get(f"{q}_{b}_{variant}", float("nan")) for q, b in quantities]
-    per_seed = {"run": list(range(len(masked))), "masked": masked.tolist()}
+    per_run = {"run": list(range(len(arm))), "arm": [ARMS[a] for a in arm]}
     for band, (err, move, gain) in per.items():
-        per_seed[f"row_error_{band}"] = err.mean(axis=(1, 2)).tolist()
-        per_seed[f"movement_{band}"] = move.mean(axis=(1, 2)).tolist()
-        per_seed[f"negative_gain_share_{band}"] = (gain < 0).mean(1).tolist()
-    return Summary(metrics=metrics, checks=found, tables={"table": table, "per_run": per_seed})
+        per_run[f"row_error_{band}"] = err.mean(axis=(1, 2)).tolist()
+        per_run[f"movement_{band}"] = move.mean(axis=(1, 2)).tolist()
+        per_run[f"negative_gain_share_{band}"] = (gain < 0).mean(1).tolist()
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "per_run": per_run})
 
 
 def write(cfg: VisibilityConfig, arrays: dict, summary: Summary, out_dir) -> None:
     """``per_input.csv``, ``visibility.npz``, the kept model and ``visibility.png``."""
     masked = np.asarray(arrays["masked"])
     per = _per_input(arrays)
-    cols = {k: [] for k in ("run", "masked", "band", "input", "row_error", "movement", "gain", "gain_ideal")}
+    cols = {k: [] for k in ("run", "arm", "masked", "band", "input", "row_error", "movement", "gain", "gain_ideal")}
     for band, (err, move, gain) in per.items():
         runs, n = gain.shape
         cols["run"] += np.repeat(np.arange(runs), n).tolist()
+        cols["arm"] += [ARMS[a] for a in np.repeat(arrays["arm"], n)]
         cols["masked"] += np.repeat(masked, n).tolist()
         cols["band"] += [band] * (runs * n)
         cols["input"] += np.tile(np.arange(n), runs).tolist()
@@ -232,10 +273,10 @@ def write(cfg: VisibilityConfig, arrays: dict, summary: Summary, out_dir) -> Non
         cols["gain"] += gain.reshape(-1).tolist()
         cols["gain_ideal"] += np.asarray(arrays["eval"][band]["gain_ideal"]).reshape(-1).tolist()
     io.write_csv(out_dir / "per_input.csv", cols)
-    io.save_npz(out_dir / "visibility.npz", masked=masked,
+    io.save_npz(out_dir / "visibility.npz", masked=masked, arm=np.asarray(arrays["arm"]),
                 **{f"{band}_{k}": v for band, e in arrays["eval"].items() for k, v in e.items()})
     training.keep(out_dir, KEPT, cfg.train, visibility.ROLE, arrays["params"],
-                  {"masked": masked.tolist(), "stream": cfg.stream, "seeds": cfg.seeds, "train": dataclasses.asdict(cfg.train)})
+                  {"masked": masked.tolist(), "arm": [ARMS[a] for a in arrays["arm"]], "stream": cfg.stream, "seeds": cfg.seeds, "train": dataclasses.asdict(cfg.train)})
     import matplotlib.pyplot as plt
 
     m = summary.metrics
@@ -263,5 +304,5 @@ STUDY = register(Study(
     name="pmd.visibility",
     summary="PolicyAttention visible vs state-locally masked learned actors: movement under replaced memories",
     config_type=VisibilityConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="seeds",
+    paper=PAPER, seeds_field="seeds", claims=(READS_OTHERS, MASKED_CLOSER, MASKED_LOSES_LESS),
 ))
