@@ -3,8 +3,9 @@
 DESIGN.md section 3 ("Sweeps are chunked"): after each chunk the sweep saves its
 state, and a killed sweep resumes from the last saved chunk. Each Orbax step ``k``
 (the number of chunks done) holds two items: ``state`` (the pytree, written with
-``StandardSave``) and ``meta`` (JSON: the format version and the run's
-``fingerprint``, i.e. the study config and the sweep's shapes).
+``StandardSave``) and ``meta`` (JSON: the format version, the run's ``fingerprint``,
+i.e. the study config and the sweep's shapes, and a SHA-256 ``checksums`` entry of every
+saved array, keyed by its path in the state pytree).
 
 The rules, so that finished or foreign work is never lost silently:
 
@@ -17,6 +18,11 @@ The rules, so that finished or foreign work is never lost silently:
     when only ``code.*`` keys differ, with a warning.
 (c) the folder is not a readable checkpoint of ours (foreign files, garbage,
     truncated arrays): :class:`CheckpointCorrupt` with the path and the cause.
+    Every restored array is checked against its checksum before anything computes on
+    it; a step that fails (unreadable, or an array whose bytes changed, named with its
+    step) is passed over for the previous intact step, with a warning naming both steps,
+    and deleted so the run can save it again. With no intact step the error names every
+    step's fault.
 (d) ``resume=False`` and the folder already holds files: :class:`CheckpointExists`,
     telling the user to pass ``--resume`` or remove the folder.
 (e) :meth:`ChunkCheckpointer.finish` (called when a sweep completes) removes the
@@ -28,6 +34,7 @@ save) do not count as a checkpoint; Orbax deletes them when the manager opens.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 import shutil
@@ -35,9 +42,10 @@ import sys
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
-from experiments.distributed import barrier, is_writer
+from experiments.distributed import barrier, is_writer, to_host
 from experiments.io import jsonable
 
 __all__ = [
@@ -47,9 +55,10 @@ __all__ = [
     "CheckpointExists",
     "CheckpointMismatch",
     "ChunkCheckpointer",
+    "checksums",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _ORBAX_TMP = ".orbax-checkpoint-tmp"
 
 
@@ -80,6 +89,26 @@ class CheckpointCorrupt(RuntimeError):
 
 class CheckpointExists(RuntimeError):
     """``resume=False`` but the folder already holds a checkpoint (rule d)."""
+
+
+def _cause(err: BaseException) -> str:
+    """A one-line account of ``err`` (Orbax's carry whole TensorStore specs): its type and first 160 characters."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:160]}{'...' if len(text) > 160 else ''}"
+
+
+def checksums(state: Any) -> dict[str, str]:
+    """``{path in the pytree: SHA-256 of the array's dtype, shape and bytes}`` of every leaf of
+    ``state`` (gathered to the host; a typed PRNG key by its key data)."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        host = np.ascontiguousarray(to_host(leaf))
+        digest = hashlib.sha256(f"{host.dtype}{list(host.shape)}".encode())
+        digest.update(host.tobytes())
+        out[jax.tree_util.keystr(path) or "state"] = digest.hexdigest()
+    return out
 
 
 def _diff_keys(saved: dict, now: dict, prefix: str = "") -> list[str]:
@@ -137,29 +166,69 @@ class ChunkCheckpointer:
                 options=ocp.CheckpointManagerOptions(max_to_keep=2, cleanup_tmp_directories=True),
             )
         except Exception as err:
-            raise CheckpointCorrupt(f"cannot open checkpoint folder {self.directory}: {err!r}") from err
+            raise CheckpointCorrupt(f"cannot open checkpoint folder {self.directory}: {_cause(err)}") from err
         self._closed = False
 
     def restore(self, template: Any) -> tuple[int, Any] | None:
-        """Return ``(step, state)`` of the latest checkpoint, or ``None`` when there is none.
+        """Return ``(step, state)`` of the latest intact checkpoint, or ``None`` when there is none.
 
         ``template`` is a pytree like the saved state (e.g. the initial state); its
         shapes, dtypes and shardings define the restored arrays (numpy leaves come
-        back as numpy).
+        back as numpy). Every array is verified against its saved checksum (rule c).
         """
-        step = self._mngr.latest_step()
-        if step is None:
+        steps = sorted(self._mngr.all_steps(), reverse=True)
+        if not steps:
             if self._has_saved:
                 raise CheckpointCorrupt(f"{self.directory} holds no readable checkpoint step")
             return None
+        faults = []
+        for step in steps:
+            try:
+                state = self._restore_step(step, template)
+            except CheckpointCorrupt as err:
+                faults.append(str(err))
+                continue
+            if faults:
+                print(f"warning: {'; '.join(faults)}; resuming from step {step} of {self.directory}, the latest "
+                      "intact one (the corrupt steps are deleted)", file=sys.stderr)
+                for bad in steps[: len(faults)]:
+                    self._mngr.delete(bad)
+            return step, state
+        raise CheckpointCorrupt(f"no intact checkpoint in {self.directory}: {'; '.join(faults)}. Remove the folder "
+                                "to start over")
+
+    def _restore_step(self, step: int, template: Any) -> Any:
+        """The verified state of ``step``; CheckpointMismatch for another run's, CheckpointCorrupt for damage."""
         where = self.directory / str(step)
         try:
             meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         except Exception as err:
-            raise CheckpointCorrupt(f"cannot read checkpoint metadata in {where}: {err!r}") from err
-        if not isinstance(meta, dict) or set(meta) != {"format_version", "fingerprint"}:
+            raise CheckpointCorrupt(f"cannot read checkpoint metadata in {where}: {_cause(err)}") from err
+        if not isinstance(meta, dict) or "format_version" not in meta:
             raise CheckpointCorrupt(f"{where} was not written by experiments.checkpoint (meta {meta!r})")
-        differing = _diff_keys(meta, self._meta)
+        if meta["format_version"] != FORMAT_VERSION:
+            raise CheckpointMismatch(f"{where} was written in checkpoint format {meta['format_version']!r}, this "
+                                     f"code writes {FORMAT_VERSION}; remove the folder to start over")
+        if set(meta) != set(self._meta) | {"checksums"} or not isinstance(meta["checksums"], dict):
+            raise CheckpointCorrupt(f"{where} was not written by experiments.checkpoint (meta keys {sorted(meta)})")
+        self._check_fingerprint(meta["fingerprint"])
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+        try:
+            state = self._mngr.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
+            )["state"]
+        except Exception as err:
+            raise CheckpointCorrupt(f"cannot restore the state saved in {where}: {_cause(err)}") from err
+        got = checksums(state)
+        bad = [k for k in sorted(set(got) | set(meta["checksums"])) if got.get(k) != meta["checksums"].get(k)]
+        if bad:
+            raise CheckpointCorrupt(f"checkpoint step {step} in {self.directory} is corrupt: array "
+                                    f"{', '.join(bad)} does not match its saved checksum")
+        return state
+
+    def _check_fingerprint(self, saved: Any) -> None:
+        """CheckpointMismatch (rule b) unless ``saved`` equals this run's fingerprint (up to allowed code changes)."""
+        differing = _diff_keys({"fingerprint": saved}, {"fingerprint": self._meta["fingerprint"]})
         code = [k.removeprefix("fingerprint.code.") for k in differing if k.startswith("fingerprint.code.")]
         if code and len(code) == len(differing):
             if not self._allow_code_change:
@@ -175,22 +244,13 @@ class ChunkCheckpointer:
                 f"{', '.join(differing)}. Rerun with the original settings, or remove the folder "
                 "to start over"
             )
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-        try:
-            state = self._mngr.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
-            )["state"]
-        except Exception as err:
-            raise CheckpointCorrupt(f"cannot restore the state saved in {where}: {err!r}") from err
-        return step, state
 
     def save(self, step: int, state: Any) -> None:
-        """Save ``state`` as step ``step`` (asynchronously; host arrays are copied first)."""
+        """Save ``state`` and its checksums as step ``step`` (asynchronously; host arrays are copied first)."""
+        meta = {**self._meta, "checksums": checksums(state)}
         self._mngr.save(
             step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(self._meta)
-            ),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
         )
 
     def close(self) -> None:

@@ -12,6 +12,19 @@ A study's config is a frozen dataclass (nested dataclasses allowed) whose
   and the new config is rebuilt with ``dataclasses.replace`` from the innermost
   dataclass outwards, so every level's ``__post_init__`` validates the new values.
 
+Rules every field obeys, whatever its study (the one place values are validated):
+
+* a non-finite float (``NaN``, ``Infinity``) is refused unless the field declares that it
+  takes one (``Annotated[float, pydantic.AllowInfNan()]``); such a value is written as the
+  string ``"NaN"``/``"Infinity"``/``"-Infinity"``, which reads back;
+* a boolean is refused where a number is expected (``true`` is not ``1``);
+* an integer may be at most :func:`int_bound` in size: ``max(INT_FLOOR, INT_FACTOR x the
+  largest integer of the field's preset value)``, unless the annotation states its own
+  bound (``Annotated[int, annotated_types.Le(n)]``, enforced by pydantic);
+* a string may not be blank (``""`` names no file; use ``null`` where a field takes none);
+* the resulting config survives its JSON form: :func:`to_json` read back by :func:`apply`
+  gives the same config, so a written config can always be rerun.
+
 Every failure is a :class:`ConfigError` naming the field; the CLI turns it into exit
 code 2 before any computation.
 
@@ -25,13 +38,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import pathlib
+import types
 import typing
 from typing import Any
 
 import pydantic
 
-__all__ = ["ConfigError", "apply", "field_type", "from_file", "parse_assignment", "parse_sweep", "to_json"]
+__all__ = ["ConfigError", "apply", "field_type", "from_file", "int_bound", "parse_assignment", "parse_sweep",
+           "to_json"]
+
+INT_FLOOR = 10**6
+"""Every integer field may be set up to this size ..."""
+INT_FACTOR = 1000
+"""... or up to this many times the largest integer of its preset value, whichever is larger."""
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 class ConfigError(ValueError):
@@ -39,13 +61,17 @@ class ConfigError(ValueError):
 
 
 def to_json(config: Any) -> Any:
-    """``config`` as plain JSON values: dataclasses as objects, tuples as lists."""
+    """``config`` as plain JSON values: dataclasses as objects, tuples as lists, a non-finite
+    float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (which :func:`apply` reads
+    back into a field that takes one)."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return {f.name: to_json(getattr(config, f.name)) for f in dataclasses.fields(config)}
     if isinstance(config, (list, tuple)):
         return [to_json(v) for v in config]
     if isinstance(config, dict):
         return {str(k): to_json(v) for k, v in config.items()}
+    if isinstance(config, float) and not math.isfinite(config):
+        return _NON_FINITE.get(config, "NaN")
     from experiments.io import jsonable
 
     return jsonable(config)
@@ -99,7 +125,7 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def field_type(config: Any, path: str) -> Any:
@@ -118,15 +144,84 @@ def field_type(config: Any, path: str) -> Any:
     raise AssertionError("unreachable")
 
 
+@functools.cache
+def _adapter(kind: Any) -> pydantic.TypeAdapter:
+    """A validator of ``kind`` that refuses non-finite floats (unless ``kind`` allows them)."""
+    if dataclasses.is_dataclass(kind):  # a dataclass has its own pydantic config
+        return pydantic.TypeAdapter(kind)
+    return pydantic.TypeAdapter(kind, config=pydantic.ConfigDict(allow_inf_nan=False))
+
+
+def _members(kind: Any) -> tuple[Any, ...]:
+    """The types inside ``kind`` one level down (union members, tuple items, the Annotated type)."""
+    if typing.get_origin(kind) is typing.Annotated:
+        return (typing.get_args(kind)[0],)
+    return tuple(a for a in typing.get_args(kind) if a is not Ellipsis)
+
+
+def _bool_for_number(kind: Any, value: Any) -> bool:
+    """Whether ``value`` holds a boolean where ``kind`` expects an int or a float."""
+    if kind in (int, float):
+        return isinstance(value, bool)
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        members = _members(kind)
+        takes_bool = any(m in (bool, object, Any) or typing.get_origin(m) is typing.Literal for m in members)
+        return not takes_bool and any(_bool_for_number(m, value) for m in members)
+    if origin is typing.Annotated:
+        return _bool_for_number(_members(kind)[0], value)
+    if origin in (tuple, list) and isinstance(value, (list, tuple)):
+        items = _members(kind)
+        per_item = items * len(value) if len(items) == 1 else items
+        return any(_bool_for_number(k, v) for k, v in zip(per_item, value))
+    return False
+
+
+def _states_bound(kind: Any) -> bool:
+    """Whether ``kind`` carries its own upper bound (``Annotated[int, Le(n)]`` and the like)."""
+    if typing.get_origin(kind) is typing.Annotated:
+        if any(getattr(m, "le", None) is not None or getattr(m, "lt", None) is not None
+               for m in typing.get_args(kind)[1:]):
+            return True
+    return any(_states_bound(m) for m in _members(kind))
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The scalars of ``value`` (tuples and lists flattened)."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def int_bound(preset_value: Any) -> int:
+    """The largest integer a field may be set to, given its preset value (module docstring)."""
+    ints = [abs(v) for v in _leaves(preset_value) if isinstance(v, int) and not isinstance(v, bool)]
+    return max([INT_FLOOR, *(INT_FACTOR * v for v in ints)])
+
+
 def _coerce(config: Any, path: str, value: Any) -> Any:
     kind = field_type(config, path)
+    if _bool_for_number(kind, value):
+        raise ConfigError(f"config field {path!r} accepts {_type_name(kind)}, got {json.dumps(value)}: "
+                          "a boolean is not a number")
     try:
-        return pydantic.TypeAdapter(kind).validate_python(value)
+        coerced = _adapter(kind).validate_python(value)
     except pydantic.ValidationError as err:
         reasons = "; ".join(e["msg"] for e in err.errors())
         raise ConfigError(f"config field {path!r} accepts {_type_name(kind)}, got {value!r}: {reasons}") from None
     except pydantic.PydanticSchemaGenerationError:
         raise ConfigError(f"config field {path!r} (type {_type_name(kind)}) cannot be set from the command line") from None
+    leaves = _leaves(coerced)
+    if any(isinstance(v, str) and not v.strip() for v in leaves):
+        raise ConfigError(f"config field {path!r} got a blank string {value!r}; give a value "
+                          "(or null where the field takes none)")
+    if not _states_bound(kind):
+        bound = int_bound(getattr_path(config, path))
+        big = [v for v in leaves if isinstance(v, int) and not isinstance(v, bool) and abs(v) > bound]
+        if big:
+            raise ConfigError(f"config field {path!r} = {big[0]} is beyond its bound of {bound:,} (the larger of "
+                              f"{INT_FLOOR:,} and {INT_FACTOR} x its preset value); such a size does not fit")
+    return coerced
 
 
 def _type_name(kind: Any) -> str:
@@ -170,8 +265,22 @@ def apply(config: Any, overrides: list[tuple[str, Any]]) -> Any:
 
     All values are coerced first; then each dataclass level is rebuilt once with all its
     changes, innermost first, so a rule tying two fields (``a.T == b.T``) sees both new
-    values.
+    values. The new config must survive its JSON form (module docstring).
     """
+    new = _apply(config, overrides)
+    if new is not config:
+        try:
+            written = json.loads(json.dumps(to_json(new), allow_nan=False))
+            back = _apply(new, list(written.items()))
+        except (ConfigError, TypeError, ValueError) as err:
+            raise ConfigError(f"the config would not read back from its JSON form: {err}") from None
+        if to_json(back) != written:
+            bad = [k for k in written if to_json(getattr(back, k)) != written[k]]
+            raise ConfigError(f"config field(s) {', '.join(bad)} would not read back from the written config")
+    return new
+
+
+def _apply(config: Any, overrides: list[tuple[str, Any]]) -> Any:
     overrides = _expand(config, list(overrides))
     if not overrides:
         return config

@@ -1,24 +1,39 @@
-"""Atomic result files: text, JSON, CSV, NPZ and PNG (DESIGN.md section 4).
+"""Atomic result files: text, JSON, CSV, NPZ and PNG (DESIGN.md section 4), and the lock that
+gives a result folder to one run at a time.
 
 Every writer goes through :func:`_atomic_write`: the bytes go to a temporary file in
 the target's own folder, are flushed and fsynced, and then ``os.replace`` renames the
 temporary file over the target. A reader therefore sees either the old file or the
 complete new one, never half a file, and a failed write leaves no temporary file.
+
+:func:`lock_folder` holds an exclusive ``flock`` on ``FOLDER/.lock`` for as long as the
+run uses the folder; the operating system releases it when the process ends, even by
+``kill -9``, so a lock is never stale. The file names the holder (process id, host,
+start time, command line) for the message a second run gets.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime
+import fcntl
 import io as _stdio
 import json
 import math
 import os
 import pathlib
+import socket
+import sys
 import tempfile
-from typing import Any, Callable, IO, Mapping, Sequence
+from typing import Any, Callable, IO, Iterator, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
+    "HOLDER_ENV",
+    "LOCK",
+    "FolderLocked",
+    "lock_folder",
     "atomic_write_text",
     "atomic_write_json",
     "jsonable",
@@ -153,3 +168,64 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> pathlib
         return _atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
     finally:
         plt.close(fig)
+
+
+LOCK = ".lock"
+HOLDER_ENV = "EXPERIMENTS_LOCK_HOLDER"
+"""A process that holds folder locks sets this to its pid in the environment of the processes it
+starts to use those folders (``run all --jobs``): they run under its locks."""
+
+
+class FolderLocked(RuntimeError):
+    """Another run holds the folder (:func:`lock_folder`); the message names it."""
+
+
+def _holder(path: pathlib.Path) -> dict[str, Any]:
+    """What the lock file at ``path`` says of its holder (``{}`` when unreadable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+@contextlib.contextmanager
+def lock_folder(folder: str | os.PathLike) -> Iterator[None]:
+    """Hold ``folder`` (created if missing) for this run until the block ends; the lock file is
+    removed then (a file left by a killed run holds no lock).
+
+    Raises :class:`FolderLocked` naming the holder when another process holds it, unless
+    that process is the one :data:`HOLDER_ENV` names (a parent lending its lock); an
+    ``OSError`` when the folder cannot be created or written.
+    """
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            holder = _holder(path)
+            if holder.get("pid") is not None and str(holder["pid"]) == os.environ.get(HOLDER_ENV):
+                yield
+                return
+            raise FolderLocked(
+                f"{folder} is in use by process {holder.get('pid', '?')} on {holder.get('host', '?')} since "
+                f"{holder.get('since', '?')} ({holder.get('command', '?')}); wait for it to end, or pass another "
+                "--out"
+            ) from None
+        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            break
+        handle.close()  # the holder removed the file between our open and our lock: take the new one
+    try:
+        handle.truncate(0)
+        handle.write(json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+        }))
+        handle.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        handle.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import json
+import os
 import pathlib
 import signal
 import subprocess
@@ -28,7 +29,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from experiments import registry, results
+from experiments import io, registry, results
 
 LOG = "run.log"
 POLL_S = 0.5
@@ -54,12 +55,14 @@ def quick_limit_s(study: registry.Study) -> float:
 
 @dataclasses.dataclass
 class Finished:
-    """One study's process after it ended: its fresh result (``None`` if it wrote none) and wall time."""
+    """One study's process after it ended: its fresh result (``None`` if it wrote none), wall time and
+    exit status."""
 
     study: str
     result: dict | None
     wall_s: float
     log: pathlib.Path
+    returncode: int = 0
 
 
 @dataclasses.dataclass
@@ -94,8 +97,10 @@ def run_command(flags: Sequence[str], out: pathlib.Path) -> Callable[[registry.S
 
 
 def _start(argv: list[str], log: pathlib.Path, mode: str = "w") -> subprocess.Popen:
+    """Start ``argv`` writing to ``log``, under this process's folder locks (``io.HOLDER_ENV``)."""
     with open(log, mode) as handle:
-        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                env={**os.environ, io.HOLDER_ENV: str(os.getpid())})
 
 
 def _restart_or_stop(job: _Running) -> None:
@@ -150,7 +155,8 @@ def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.St
                 _restart_or_stop(job)
         for job in [j for j in running if j.process.poll() is not None]:
             running.remove(job)
-            finished = Finished(job.study, _fresh_result(out / job.study, job.started), time.time() - job.started, job.log)
+            finished = Finished(job.study, _fresh_result(out / job.study, job.started), time.time() - job.started,
+                                job.log, job.process.returncode)
             done[job.study] = finished
             on_finish(finished)
     return [done[s.name] for s in chosen]

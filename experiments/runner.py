@@ -30,7 +30,7 @@ from experiments.codehash import code_hashes
 from experiments.provenance import provenance
 from experiments.registry import RunContext, Study, Summary
 
-__all__ = ["Request", "resolve", "run_one", "run_sweep", "sweep_folder"]
+__all__ = ["Request", "resolve", "run_one", "run_sweep", "sweep_folder", "sweep_points"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,8 @@ def finish(study: Study, config: Any, overrides: list, arrays: dict, out_dir: pa
     summary = study.summarize(config, arrays)
     if not isinstance(summary, Summary):
         raise results.InvalidResult(f"study {study.name!r}: summarize must return a Summary, got {type(summary).__name__}")
-    prov = {**provenance(), "processes": _process_count(), "wall_s": wall_s, "compile_s": compile_s}
+    prov = {**provenance(), "resume": request.resume, "allow_code_change": request.allow_code_change,
+            "processes": _process_count(), "wall_s": wall_s, "compile_s": compile_s}
     result = results.build(study.name, request.quick, config, overrides, summary.metrics, summary.checks,
                            study.paper, prov, sweep, study.claims)
     if distributed.is_writer():
@@ -129,16 +130,22 @@ def _done(folder: pathlib.Path, config: Any) -> bool:
         return False
 
 
+def sweep_points(study: Study, request: Request, field: str, values: list) -> tuple[Any, list, list[tuple[Any, Any]]]:
+    """``(base config, overrides, [(value, config)])`` of a sweep; ConfigError before any computation
+    (an unknown field, a bad value, or ``field`` also set by ``--set``/``--config``/``--seeds``)."""
+    base, overrides = resolve(study, request)
+    if any(path == field for path, _ in overrides):
+        raise configs.ConfigError(f"--sweep {field} conflicts with an override of the same field; drop one of them")
+    configs.field_type(base, field)
+    return base, overrides, [(v, configs.apply(base, [(field, v)])) for v in values]
+
+
 def run_sweep(study: Study, request: Request, field: str, values: list, out: pathlib.Path) -> list[dict[str, Any]]:
     """Run ``study`` once per value of ``field`` (see the module docstring); returns the results.
 
     Every value's config is built (and validated) before anything runs.
     """
-    base, overrides = resolve(study, request)
-    if any(path == field for path, _ in overrides):
-        raise configs.ConfigError(f"--sweep {field} conflicts with an override of the same field")
-    configs.field_type(base, field)
-    points = [(v, configs.apply(base, [(field, v)])) for v in values]
+    base, overrides, points = sweep_points(study, request, field, values)
     root = out / study.name / "sweep"
     folders = [root / sweep_folder(field, v) for v, _ in points]
     todo = [i for i, (f, (_, cfg)) in enumerate(zip(folders, points)) if not (request.resume and _done(f, cfg))]

@@ -27,15 +27,23 @@ cell (a time or time-zone suffix is dropped). Rows are sorted by date. A "row" i
 message is the line number in the file (the header is row 1; blank lines are skipped by
 the CSV reader and not counted).
 
-Bad input (issue "Bad input"): every one of these is a ValueError naming the file, the
-row and the column: an empty file (no header, or no data rows); a header of neither
-layout; a missing column; an unparseable or duplicated date; a missing, non-numeric or
-non-positive price, or a missing/negative volume (also naming the ticker and date; never
-propagated into features); a ticker whose dates share none with the calendar of the
-tickers read before it (the market calendar being their intersection).
+Bad input (issue "Bad input"): every one of these is a ``uat_jax.errors.DataError`` (a
+ValueError) naming the file, the row and the column: an empty file (no header, or no data
+rows); a header of neither layout; a missing column; an unparseable or duplicated date; a
+missing, non-numeric or non-positive price, or a missing/negative volume (also naming the
+ticker and date; never propagated into features); a ticker whose dates share none with the
+calendar of the tickers read before it (the market calendar being their intersection); a
+ticker missing more than ``max_gap_days`` consecutive trading days (below).
 
 Alignment (C.1): the market calendar is the intersection of the tickers' dates; every
-series is restricted to it BEFORE the indicators are computed.
+series is restricted to it BEFORE the indicators are computed. A day missing from one
+ticker's file is dropped for every ticker, and the return across it spans two days. The
+market's trading days are the days on which any ticker has a row; a ticker with no rows on
+more than ``max_gap_days`` (default ``MAX_GAP_DAYS``) consecutive trading days, at its start,
+its end or between, is an error naming the ticker and the first and last missing dates:
+aligning it away would silently shorten every ticker (a 150-day hole in one file once cut
+496 days to 348 and made a 227-day jump one step). A larger ``max_gap_days`` accepts it;
+``Panel.dropped_days`` (and ``Market.dropped_days``) count the trading days alignment dropped.
 
 Indicators (C.1 "Observation", 11 per asset and day, after Kara et al. 2011), TA-Lib
 (the ``ta-lib`` wheel, which bundles the C library) with its default parameters (the
@@ -117,6 +125,8 @@ import numpy as np
 import pandas as pd
 import talib
 
+from uat_jax.errors import DataError
+
 N_MAX = 45
 """C.1: all markets padded to 45 asset slots."""
 WINDOW = 60
@@ -125,6 +135,9 @@ TRAIN_FRAC = 0.8
 """C.1: chronological 80/20 split."""
 CLIP = 5.0
 """C.1: z-scores clipped to [-5, 5]."""
+MAX_GAP_DAYS = 10
+"""The most consecutive trading days one ticker may miss before alignment is an error (two weeks:
+a suspension; longer shortens the whole market, see the module docstring)."""
 
 INDICATORS = ("rsi", "macd", "macd_signal", "macd_hist", "atr", "adx", "cci", "mfi", "obv", "stoch_k", "stoch_d")
 """C.1: the 11 per-asset features, in this order."""
@@ -168,7 +181,8 @@ class OHLCV:
 @dataclasses.dataclass(frozen=True)
 class Panel:
     """A market aligned to its calendar (C.1): ``dates`` [D]; ``tickers`` (N); ``open``,
-    ``high``, ``low``, ``close``, ``volume`` [D, N] float64; ``paths`` (N)."""
+    ``high``, ``low``, ``close``, ``volume`` [D, N] float64; ``paths`` (N); ``dropped_days``:
+    trading days (some ticker has a row) that are not on the calendar (one ticker lacks it)."""
 
     name: str
     dates: np.ndarray
@@ -179,6 +193,7 @@ class Panel:
     close: np.ndarray
     volume: np.ndarray
     paths: tuple[str, ...]
+    dropped_days: int = 0
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -188,8 +203,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         except UnicodeDecodeError:
             continue
         except pd.errors.EmptyDataError:
-            raise ValueError(f"{path}: row 1: empty file (no header)") from None
-    raise ValueError(f"{path}: row 1: not UTF-8 or GB18030 text")
+            raise DataError(f"{path}: row 1: empty file (no header)") from None
+    raise DataError(f"{path}: row 1: not UTF-8 or GB18030 text")
 
 
 def detect_layout(header, path="<file>") -> str:
@@ -198,9 +213,9 @@ def detect_layout(header, path="<file>") -> str:
     for layout in LAYOUTS:
         if _COLUMNS[layout]["date"] in names:
             return layout
-    raise ValueError(f"{path}: row 1: cannot detect the layout: the header has neither column 'Date' (Yahoo) "
-                     f"nor column '日期' (AkShare); got {names} (flatten a yfinance multi-row header first: "
-                     f"yf.download(..., multi_level_index=False))")
+    raise DataError(f"{path}: row 1: cannot detect the layout: the header has neither column 'Date' (Yahoo) "
+                    f"nor column '日期' (AkShare); got {names} (flatten a yfinance multi-row header first: "
+                    f"yf.download(..., multi_level_index=False))")
 
 
 def _parse_dates(cells: pd.Series, path: Path, column: str, rows: np.ndarray) -> np.ndarray:
@@ -209,7 +224,7 @@ def _parse_dates(cells: pd.Series, path: Path, column: str, rows: np.ndarray) ->
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if bad.size:
         i = bad[0]
-        raise ValueError(f"{path}: row {rows[i]}, column {column!r}: cannot parse the date {cells.iloc[i]!r}")
+        raise DataError(f"{path}: row {rows[i]}, column {column!r}: cannot parse the date {cells.iloc[i]!r}")
     return parsed.to_numpy().astype("datetime64[D]")
 
 
@@ -223,8 +238,8 @@ def _parse_numbers(cells: pd.Series, path: Path, column: str, ticker: str, dates
         what = "a non-positive price" if positive else "a negative volume"
     if bad.any():
         i = np.flatnonzero(bad)[0]
-        raise ValueError(f"{path}: row {rows[i]}, column {column!r}: ticker {ticker!r} has {what} "
-                         f"{cells.iloc[i]!r} on {dates[i]}")
+        raise DataError(f"{path}: row {rows[i]}, column {column!r}: ticker {ticker!r} has {what} "
+                        f"{cells.iloc[i]!r} on {dates[i]}")
     return values
 
 
@@ -239,10 +254,10 @@ def read_ohlcv(path) -> OHLCV:
     for field in ("date", *_PRICES, "volume"):
         if names[field] not in table.columns:
             expected = ", ".join(names.values())
-            raise ValueError(f"{path}: row 1 (header): missing column {names[field]!r} of the {layout} layout "
-                             f"(expected {expected}); got {list(table.columns)}")
+            raise DataError(f"{path}: row 1 (header): missing column {names[field]!r} of the {layout} layout "
+                            f"(expected {expected}); got {list(table.columns)}")
     if len(table) == 0:
-        raise ValueError(f"{path}: row 2: empty file (a header but no data rows)")
+        raise DataError(f"{path}: row 2: empty file (a header but no data rows)")
     ticker = path.stem
     rows = np.arange(len(table)) + 2
     dates = _parse_dates(table[names["date"]], path, names["date"], rows)
@@ -251,8 +266,8 @@ def read_ohlcv(path) -> OHLCV:
     dup = np.flatnonzero(dates[1:] == dates[:-1])
     if dup.size:
         i = dup[0]
-        raise ValueError(f"{path}: row {rows[i + 1]}, column {names['date']!r}: duplicate date {dates[i + 1]} "
-                         f"(also at row {rows[i]})")
+        raise DataError(f"{path}: row {rows[i + 1]}, column {names['date']!r}: duplicate date {dates[i + 1]} "
+                        f"(also at row {rows[i]})")
     values = {f: _parse_numbers(table[names[f]], path, names[f], ticker, dates, rows, positive=f != "volume")
               for f in (*_PRICES, "volume")}
     if layout == "yahoo" and _YAHOO_ADJ in table.columns:
@@ -261,31 +276,56 @@ def read_ohlcv(path) -> OHLCV:
     return OHLCV(ticker=ticker, path=str(path), layout=layout, dates=dates, rows=rows, **values)
 
 
-def load_market(folder, name: str | None = None) -> Panel:
+def _check_gaps(series: list[OHLCV], max_gap_days: int) -> np.ndarray:
+    """The market's trading days (any ticker has a row); DataError naming the first ticker
+    that misses more than ``max_gap_days`` of them in a row, with the missing dates."""
+    trading = np.unique(np.concatenate([s.dates for s in series]))
+    for s in series:
+        missing = np.concatenate([[0], ~np.isin(trading, s.dates), [0]]).astype(np.int8)
+        starts, ends = np.flatnonzero(np.diff(missing) == 1), np.flatnonzero(np.diff(missing) == -1)
+        if starts.size and (ends - starts).max() > max_gap_days:
+            k = int(np.argmax(ends - starts))
+            lo, hi = starts[k], ends[k]
+            where = (f"before its first row ({s.dates[0]})" if lo == 0 else
+                     f"after its last row ({s.dates[-1]})" if hi == len(trading) else
+                     f"between rows {s.rows[np.searchsorted(s.dates, trading[lo]) - 1]} and "
+                     f"{s.rows[np.searchsorted(s.dates, trading[lo])]}")
+            raise DataError(f"{s.path}: column {_COLUMNS[s.layout]['date']!r}: ticker {s.ticker!r} has no rows on "
+                            f"{hi - lo} consecutive trading days, {trading[lo]} .. {trading[hi - 1]} ({where}), more "
+                            f"than max_gap_days = {max_gap_days}; aligning would drop them from every ticker. Fill "
+                            f"the gap, remove the file, or accept it with a max_gap_days of at least {hi - lo}")
+    return trading
+
+
+def load_market(folder, name: str | None = None, max_gap_days: int = MAX_GAP_DAYS) -> Panel:
     """Read every ``*.csv`` of ``folder`` (one ticker each, sorted by ticker) and align
-    them to the common trading-date intersection (C.1); ValueError naming the first
-    ticker whose dates share none with the calendar of the tickers before it."""
+    them to the common trading-date intersection (C.1); DataError naming the first
+    ticker whose dates share none with the calendar of the tickers before it, or that
+    misses more than ``max_gap_days`` consecutive trading days (module docstring)."""
+    if not (isinstance(max_gap_days, int) and max_gap_days >= 0):
+        raise ValueError(f"max_gap_days must be an integer >= 0, got {max_gap_days!r}")
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"data folder {str(folder)!r} is not a directory")
+        raise DataError(f"data folder {str(folder)!r} is not a directory")
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() == ".csv")
     if not files:
-        raise ValueError(f"{folder}: no .csv files (expected one daily OHLCV file per ticker)")
+        raise DataError(f"{folder}: no .csv files (expected one daily OHLCV file per ticker)")
     series = [read_ohlcv(p) for p in files]
     calendar = series[0].dates
     for k, s in enumerate(series[1:], 1):
         common = np.intersect1d(calendar, s.dates)
         if common.size == 0:
             before = ", ".join(repr(t.ticker) for t in series[:k])
-            raise ValueError(f"{s.path}: rows {s.rows.min()}-{s.rows.max()}, column "
-                             f"{_COLUMNS[s.layout]['date']!r}: ticker {s.ticker!r} ({s.dates[0]} .. {s.dates[-1]}) "
-                             f"has no date in common with the market calendar of {before} "
-                             f"({calendar[0]} .. {calendar[-1]})")
+            raise DataError(f"{s.path}: rows {s.rows.min()}-{s.rows.max()}, column "
+                            f"{_COLUMNS[s.layout]['date']!r}: ticker {s.ticker!r} ({s.dates[0]} .. {s.dates[-1]}) "
+                            f"has no date in common with the market calendar of {before} "
+                            f"({calendar[0]} .. {calendar[-1]})")
         calendar = common
+    trading = _check_gaps(series, max_gap_days)
     pick = [np.searchsorted(s.dates, calendar) for s in series]
     stack = {f: np.stack([getattr(s, f)[i] for s, i in zip(series, pick)], axis=1) for f in (*_PRICES, "volume")}
     return Panel(name=name or folder.name, dates=calendar, tickers=tuple(s.ticker for s in series),
-                 paths=tuple(s.path for s in series), **stack)
+                 paths=tuple(s.path for s in series), dropped_days=len(trading) - len(calendar), **stack)
 
 
 # ------------------------------------------------------------------------- indicators
@@ -317,14 +357,14 @@ def panel_indicators(panel: Panel) -> tuple[np.ndarray, int]:
                       for i in range(len(panel.tickers))], axis=1)
     defined = np.isfinite(feats).all(axis=(1, 2))
     if not defined.any():
-        raise ValueError(f"{panel.name}: the calendar's {len(panel.dates)} common days are fewer than the "
-                         f"indicators' warm-up")
+        raise DataError(f"{panel.name}: the calendar's {len(panel.dates)} common days are fewer than the "
+                        f"indicators' warm-up")
     warmup = int(np.argmax(defined))
     late = ~np.isfinite(feats[warmup:])
     if late.any():
         d, i, f = np.argwhere(late)[0]
-        raise ValueError(f"{panel.paths[i]}: ticker {panel.tickers[i]!r}: indicator {INDICATORS[f]!r} is undefined "
-                         f"on {panel.dates[warmup + d]} after the warm-up (e.g. a constant price)")
+        raise DataError(f"{panel.paths[i]}: ticker {panel.tickers[i]!r}: indicator {INDICATORS[f]!r} is undefined "
+                        f"on {panel.dates[warmup + d]} after the warm-up (e.g. a constant price)")
     return feats, warmup
 
 
@@ -386,7 +426,7 @@ class Market:
     the first N slots); ``dates`` [D] the calendar after the warm-up; ``close`` [D, N]
     adjusted closes on it (for ``posthoc_regimes``); ``mean``, ``std`` [N, 11] the
     training statistics; ``n_train`` the training segment's length in days; ``train``
-    and ``test`` the splits."""
+    and ``test`` the splits; ``dropped_days`` as ``Panel.dropped_days``."""
 
     name: str
     tickers: tuple[str, ...]
@@ -398,31 +438,32 @@ class Market:
     n_train: int
     train: MarketSplit
     test: MarketSplit
+    dropped_days: int = 0
 
 
 def prepare_market(source, *, window: int = WINDOW, train_frac: float = TRAIN_FRAC, n_max: int = N_MAX,
-                   clip: float = CLIP, name: str | None = None) -> Market:
-    """Read (a folder) or take (a ``Panel``) a market and build its C.1 training and test
-    splits: indicators, warm-up drop, 80/20 split, training-only z-score, clip, padding,
-    next-day returns (module docstring)."""
+                   clip: float = CLIP, name: str | None = None, max_gap_days: int = MAX_GAP_DAYS) -> Market:
+    """Read (a folder, with ``max_gap_days`` as in ``load_market``) or take (a ``Panel``) a
+    market and build its C.1 training and test splits: indicators, warm-up drop, 80/20
+    split, training-only z-score, clip, padding, next-day returns (module docstring)."""
     if not (isinstance(window, int) and window >= 1):
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     if not 0 < train_frac < 1:
         raise ValueError(f"train_frac must be in (0, 1), got {train_frac!r}")
     if not clip > 0:
         raise ValueError(f"clip must be > 0, got {clip!r}")
-    panel = source if isinstance(source, Panel) else load_market(source, name)
+    panel = source if isinstance(source, Panel) else load_market(source, name, max_gap_days)
     n = len(panel.tickers)
     if n > n_max:
-        raise ValueError(f"{panel.name}: {n} tickers exceed n_max = {n_max}")
+        raise DataError(f"{panel.name}: {n} tickers exceed n_max = {n_max}")
     feats, warmup = panel_indicators(panel)
     feats, close, dates = feats[warmup:], panel.close[warmup:], panel.dates[warmup:]
     days = len(dates)
     n_train = int(train_frac * days)
     need = window + 1
     if n_train < need or days - n_train < need:
-        raise ValueError(f"{panel.name}: {days} days after the {warmup}-day warm-up give {n_train} training and "
-                         f"{days - n_train} test days; each split needs window + 1 = {need}")
+        raise DataError(f"{panel.name}: {days} days after the {warmup}-day warm-up give {n_train} training and "
+                        f"{days - n_train} test days; each split needs window + 1 = {need}")
     mean = feats[:n_train].mean(0)
     std = feats[:n_train].std(0)
     std = np.where(std < 1e-12, 1.0, std)
@@ -438,7 +479,7 @@ def prepare_market(source, *, window: int = WINDOW, train_frac: float = TRAIN_FR
                            day_index=np.arange(lo, hi), window=window)
 
     return Market(name=panel.name, tickers=panel.tickers, mask=np.arange(n_max) < n, dates=dates, close=close,
-                  mean=mean, std=std, n_train=n_train,
+                  mean=mean, std=std, n_train=n_train, dropped_days=panel.dropped_days,
                   train=split(0, n_train - 1), test=split(n_train, days - 1))
 
 
@@ -447,10 +488,10 @@ def prepare_markets(root, **kwargs) -> tuple[Market, ...]:
     name), prepared by ``prepare_market(folder, **kwargs)``."""
     root = Path(root)
     if not root.is_dir():
-        raise ValueError(f"data_dir {str(root)!r} is not a directory")
+        raise DataError(f"data_dir {str(root)!r} is not a directory")
     folders = sorted(p for p in root.iterdir() if p.is_dir() and any(q.suffix.lower() == ".csv" for q in p.iterdir()))
     if not folders:
-        raise ValueError(f"{root}: no market sub-folder with .csv files (expected e.g. {root}/DJIA/AAPL.csv)")
+        raise DataError(f"{root}: no market sub-folder with .csv files (expected e.g. {root}/DJIA/AAPL.csv)")
     return tuple(prepare_market(f, **kwargs) for f in folders)
 
 

@@ -89,6 +89,7 @@ import pandas as pd
 from flax import struct
 
 from uat_jax.feedback import FeedbackChannel, corrupt_episode
+from uat_jax.errors import DataError
 
 RATINGS_FILE, MOVIES_FILE = "ratings.csv", "movies.csv"
 RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
@@ -200,20 +201,20 @@ def _read_csv(path: Path, columns: tuple[str, ...], **kwargs) -> pd.DataFrame:
     """Read ``columns`` of a CSV after checking its header; the frame's index is the data
     row (line = index + 2)."""
     if not path.is_file():
-        raise ValueError(f"{path}: file not found (expected the MovieLens {path.name})")
+        raise DataError(f"{path}: file not found (expected the MovieLens {path.name})")
     with open(path, encoding="utf-8-sig", newline="") as fh:
         first = fh.readline()
     if not first.strip():
-        raise ValueError(f"{path}: line 1: empty, expected the header {','.join(columns)}")
+        raise DataError(f"{path}: line 1: empty, expected the header {','.join(columns)}")
     header = [h.strip() for h in next(csv.reader([first]))]
     missing = [c for c in columns if c not in header]
     if missing:
-        raise ValueError(f"{path}: line 1 (header): missing column(s) {missing}; expected "
-                         f"{','.join(columns)}, found {','.join(header)}")
+        raise DataError(f"{path}: line 1 (header): missing column(s) {missing}; expected "
+                        f"{','.join(columns)}, found {','.join(header)}")
     try:
         frame = pd.read_csv(path, encoding="utf-8-sig", skip_blank_lines=False, **kwargs)
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: unreadable CSV ({err})") from err
+        raise DataError(f"{path}: unreadable CSV ({err})") from err
     frame.columns = [c.strip() for c in frame.columns]
     return frame[list(columns)]
 
@@ -227,12 +228,12 @@ def _numeric(path: Path, frame: pd.DataFrame, column: str, integer: bool) -> np.
         i = bad[0]
         text = raw.iloc[i]
         what = "missing value" if pd.isna(text) or str(text).strip() == "" else f"unparseable number {text!r}"
-        raise ValueError(f"{_where(path, frame.index[i], column)}: {what}")
+        raise DataError(f"{_where(path, frame.index[i], column)}: {what}")
     if integer:
         frac = np.flatnonzero(values != np.floor(values))
         if frac.size:
             i = frac[0]
-            raise ValueError(f"{_where(path, frame.index[i], column)}: expected an integer, got {raw.iloc[i]!r}")
+            raise DataError(f"{_where(path, frame.index[i], column)}: expected an integer, got {raw.iloc[i]!r}")
     return values
 
 
@@ -253,7 +254,7 @@ def read_ratings(path: str | Path) -> pd.DataFrame:
     bad = np.flatnonzero((out["rating"] < lo) | (out["rating"] > hi))
     if bad.size:
         i = bad[0]
-        raise ValueError(f"{_where(path, frame.index[i], 'rating')}: rating {out['rating'][i]} outside [{lo}, {hi}]")
+        raise DataError(f"{_where(path, frame.index[i], 'rating')}: rating {out['rating'][i]} outside [{lo}, {hi}]")
     return pd.DataFrame({c: out[c] if c == "rating" else out[c].astype(np.int64) for c in RATINGS_COLUMNS},
                         index=frame.index)
 
@@ -268,14 +269,14 @@ def read_movies(path: str | Path) -> pd.DataFrame:
     if dup.size:
         i = dup[0]
         first = frame.index[np.flatnonzero(ids == ids[i])[0]] + 2
-        raise ValueError(f"{_where(path, frame.index[i], 'movieId')}: duplicate movieId {ids[i]} (first on line {first})")
+        raise DataError(f"{_where(path, frame.index[i], 'movieId')}: duplicate movieId {ids[i]} (first on line {first})")
     genres = frame["genres"].str.strip()
     for i, text in enumerate(genres):
         if text == "":
-            raise ValueError(f"{_where(path, frame.index[i], 'genres')}: movie {ids[i]} has no genres "
-                             f"(MovieLens marks such movies {NO_GENRES!r})")
+            raise DataError(f"{_where(path, frame.index[i], 'genres')}: movie {ids[i]} has no genres "
+                            f"(MovieLens marks such movies {NO_GENRES!r})")
         if text != NO_GENRES and any(g.strip() == "" for g in text.split("|")):
-            raise ValueError(f"{_where(path, frame.index[i], 'genres')}: empty genre in {text!r}")
+            raise DataError(f"{_where(path, frame.index[i], 'genres')}: empty genre in {text!r}")
     first = genres.str.split("|").str[0].str.strip()
     return pd.DataFrame({"movieId": ids, "title": frame["title"].to_numpy(), "genres": genres.to_numpy(),
                          "genre": first.where(genres != NO_GENRES, None).to_numpy()}, index=frame.index)
@@ -286,13 +287,13 @@ def read_movielens(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``movies.csv`` is an error naming its line (never dropped silently)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise ValueError(f"data_dir {directory} is not a folder (expected {RATINGS_FILE} and {MOVIES_FILE})")
+        raise DataError(f"data_dir {directory} is not a folder (expected {RATINGS_FILE} and {MOVIES_FILE})")
     ratings, movies = read_ratings(directory / RATINGS_FILE), read_movies(directory / MOVIES_FILE)
     unknown = np.flatnonzero(~np.isin(ratings["movieId"].to_numpy(), movies["movieId"].to_numpy()))
     if unknown.size:
         i = unknown[0]
-        raise ValueError(f"{_where(directory / RATINGS_FILE, ratings.index[i], 'movieId')}: movie "
-                         f"{ratings['movieId'].iloc[i]} is not in {directory / MOVIES_FILE}")
+        raise DataError(f"{_where(directory / RATINGS_FILE, ratings.index[i], 'movieId')}: movie "
+                        f"{ratings['movieId'].iloc[i]} is not in {directory / MOVIES_FILE}")
     return ratings, movies
 
 

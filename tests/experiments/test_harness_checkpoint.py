@@ -40,12 +40,19 @@ def test_finish_removes_the_folder(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def test_truncated_arrays_are_corrupt(tmp_path):
+def test_truncated_arrays_are_corrupt(tmp_path, capsys):
+    """A truncated latest step falls back to the step before it; with both truncated, an error naming both."""
     _saved(tmp_path / "c")
-    for f in (tmp_path / "c" / "2" / "state").rglob("*"):
-        if f.is_file():
-            f.write_bytes(b"")
-    with pytest.raises(CheckpointCorrupt, match=r"c/2"):
+    for step in ("2", "1"):
+        for f in (tmp_path / "c" / step / "state").rglob("*"):
+            if f.is_file():
+                f.write_bytes(b"")
+        if step == "2":
+            with ChunkCheckpointer(tmp_path / "c", {"cfg": [1, 2]}, resume=True) as ckpt:
+                assert ckpt.restore(_state())[0] == 1
+            assert "c/2" in capsys.readouterr().err
+            assert not (tmp_path / "c" / "2").exists()  # deleted, so the resumed run can save step 2 again
+    with pytest.raises(CheckpointCorrupt, match=r"no intact checkpoint.*c/1"):
         with ChunkCheckpointer(tmp_path / "c", {"cfg": [1, 2]}, resume=True) as ckpt:
             ckpt.restore(_state())
 
