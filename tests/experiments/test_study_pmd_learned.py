@@ -2,22 +2,26 @@
 (``heldout.npz``, ``control.csv``), metrics recomputed from them with numpy, the kept models
 loaded back (and refused for another architecture), the bootstrap and the config errors."""
 import csv
+import dataclasses
 import json
 
 import jax
 import numpy as np
 import pytest
 
-from experiments import models
+from experiments import checks, models
 from experiments.cli import main
+from experiments.seeds import seed_keys
 from experiments.studies.pmd import learned_actor as la
 from experiments.studies.pmd import learned_critic as lc
 from experiments.studies.pmd import repeated_control as rc
 from experiments.studies.pmd import training
 from pmd_jax import numpy_reference as ref
+from pmd_jax import rules
 from pmd_jax.train import TrainConfig
 from pmd_jax.transformer import ModelConfig
 
+TINY = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2))
 TINY_MODEL = {"model.d_model": 8, "model.num_layers": 1, "model.num_heads": 2, "num_steps": 4, "warmup": 0,
               "batch_size": 4, "n_train_mdps": 8}
 
@@ -41,6 +45,7 @@ def _rows(path):
 
 def test_learned_actor_files_metrics_and_kept_model(tmp_path):
     study_dir, result = _run(tmp_path, "pmd.learned_actor", *_sets("train.", TINY_MODEL), "--set", "seeds=1",
+                             "--set", "supervised_seeds=1",
                              "--set", "chunks=2", "--set", "n_test_mdps=4", "--set", "etas=[0.4,0.8]",
                              "--set", 'entropies=["low","any"]', "--set", 'transfer_families=["reward_x2"]')
     with np.load(study_dir / "heldout.npz") as h:
@@ -58,7 +63,7 @@ def test_learned_actor_files_metrics_and_kept_model(tmp_path):
     boltz = np.exp(h["eta"][:, None, None] * h["R"])
     assert m["row_l1_reward_only"] == pytest.approx(
         np.abs(h["pi_learned"] - boltz / boltz.sum(-1, keepdims=True)).sum(-1).mean(), rel=1e-6)
-    assert {c["name"] for c in result["checks"]} >= {"PMD is the closest of the five fixed rules (label-free actors)"}
+    assert {c["name"] for c in result["checks"]} == {"pmd_closest_of_five_rules", "fitted_slope_shrinks_as_paper"}
     # the kept actors reproduce the held-out outputs
     tcfg = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2), num_steps=4, warmup=0,
                        batch_size=4, n_train_mdps=8)
@@ -172,3 +177,50 @@ def test_diverging_training_stops_at_the_nan_guard(tmp_path):
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 1)))
     with pytest.raises(NonFiniteLoss, match="pmd.learned_actor ckpt_actor"):
         training.train_runs(ctx, "actor", tcfg, "actor", keys, np.zeros(1), 2)
+
+
+def test_learned_actor_controls_fail_their_claims():
+    """The untrained actors (the study's control) and exact PMD (slope 1) fail the shrinkage claim; the untrained
+    actors are not closest to PMD. Real outputs of initial parameters (a tiny architecture), 4 seeds."""
+    cfg = dataclasses.replace(la.QUICK, train=TINY, n_test_mdps=8)
+    keys = seed_keys(4, 1)
+    untrained = training.initial_params(cfg.train, "actor", keys)
+    h = la.evaluate(dataclasses.replace(cfg, seeds=4, transfer_families=("reward_x2",)), untrained)
+    lead = la.pmd_lead(la.rule_distances(h["log_pi_learned"], h["rules"]))
+    assert la.PMD_CLOSEST.judge(lead).verdict != checks.PASS
+    shrink = la.SHRINKAGE.judge(la.slopes(h["fitted_step"], cfg.etas))
+    assert shrink.verdict == checks.FAIL and shrink.hi < la.PAPER["fitted_slope_label_free"] - la.SHRINKAGE_TOL
+    # exact PMD on the same inputs: fitted step = supplied step, slope 1 in every seed
+    pmd = np.log(np.broadcast_to(h["rules"][:, 0], (4,) + h["rules"][:, 0].shape))
+    etas = np.asarray(cfg.etas)
+    by_eta = np.stack([np.flatnonzero(np.isclose(h["eta"], e)) for e in etas])
+    fit = np.stack([[np.median(jax.vmap(rules.fitted_step)(np.exp(p[i]), np.exp(h["log_pi"][i]), h["Q"][i]))
+                     for i in by_eta] for p in pmd])
+    np.testing.assert_allclose(la.slopes(fit, etas), 1.0, atol=1e-4)
+    assert la.SHRINKAGE.judge(la.slopes(fit, etas)).verdict == checks.FAIL
+    assert la.PMD_CLOSEST.judge(la.pmd_lead(la.rule_distances(pmd, h["rules"]))).verdict == checks.PASS
+
+
+def test_learned_critic_control_fails_its_claim():
+    """Untrained critics (the study's control) on held-out packets are far outside 1.25 x the sample-mean backup."""
+    cfg = dataclasses.replace(lc.QUICK, train=dataclasses.replace(lc.QUICK.train, model=TINY.model))
+    params = training.initial_params(cfg.train, "critic", seed_keys(3, 1))
+    e = lc.errors(cfg.train, params, ("iid",), 8, 2, cfg.eval_seed)["iid"]
+    ratio = e["learned"].mean(axis=(1, 2, 3)) / e["sample_mean"].mean()
+    assert lc.WITHIN_BACKUP.judge(ratio).verdict == checks.FAIL
+
+
+def test_repeated_control_untrained_actors_leave_the_band():
+    """The control arm of every family's claim: untrained actors in the 20-round loop lose far more than exact PMD
+    at the step they are credited with (0.8 here)."""
+    cfg = dataclasses.replace(rc.QUICK, actor=dataclasses.replace(rc.QUICK.actor, model=TINY.model),
+                              critic=dataclasses.replace(rc.QUICK.critic, model=TINY.model), n_mdps=4,
+                              families=("iid", "reward_x2"))
+    keys = seed_keys(3, 1)
+    actors = training.initial_params(cfg.actor, "actor", keys)
+    critic = jax.tree.map(lambda a: a[0], training.initial_params(cfg.critic, "critic", keys[:1]))
+    L = rc.control(cfg, actors, np.full(3, 0.8, np.float32), critic, actors)
+    np.testing.assert_array_equal(L["learned"], L["untrained"])
+    for j, fam in enumerate(cfg.families):
+        check = rc.RATIO_CLAIMS[fam].judge(rc.ratios(L["untrained"][:, j], L["reference"][:, j]))
+        assert check.verdict == checks.FAIL, fam

@@ -32,17 +32,22 @@ reference), their cross-run median, and the paired difference ``loss_learned -
 loss_reference`` at the last round with a 95% hierarchical bootstrap (runs resampled,
 then MDPs within each run); the same on each further family and for the learned critic.
 
-Checks, and how each could fail:
+Checks (declared claims, one per family, judged per run (seed) with a 95% t interval), and how each could fail:
 
-* ``every run's ratio inside the 1.5 band (iid)``: an actor whose errors compound
-  when it reads its own outputs (leaving its training range of log-probabilities, or
-  stalling as its policy sharpens) loses more than 1.5 times the reference's median.
-* ``every run's ratio inside the 1.5 band on FAMILY (not trained on)``, one check per
-  further family: the same checkpoints on a family they were not trained on; an actor
-  that learned the training family rather than the PMD map fails there, and so does one
-  whose inputs leave its training range (``reward_x2`` doubles every ``|Q|``: values up
-  to 10 where training saw at most 5). The paper's number beside each is its cross-run
-  median, not its maximum.
+* ``ratio_within_band_iid``: the run's ratio (median last-round loss over the reference's)
+  below the band 1.5, as a mean over runs. An actor whose errors compound when it reads
+  its own outputs (leaving its training range of log-probabilities, or stalling as its
+  policy sharpens) loses more than 1.5 times the reference.
+* ``ratio_within_band_FAMILY``, one per further family: the same checkpoints on a family
+  they were not trained on; an actor that learned the training family rather than the PMD
+  map fails there, and so does one whose inputs leave its training range (``reward_x2``
+  doubles every ``|Q|``: values up to 10 where training saw at most 5). The paper's number
+  beside each further family is its cross-run median (the paper gives no per-run ratios
+  there); beside ``iid``, the mean of its five run ratios.
+
+Negative control of every check: the same seeds' untrained actors (their initial
+parameters) in the same loop, against the same reference; an actor that has not learned
+the update must leave the band.
 
 The learned critic in the loop is reported, not checked: the paper gives only its paired
 difference to the reference (0.000518 [0.000008, 0.002155]), a size, not a claim that
@@ -76,6 +81,15 @@ PAPER = {
     "diff_median_learned_critic": 0.000518, "diff_lo_learned_critic": 0.000008, "diff_hi_learned_critic": 0.002155,
 }
 BAND = 1.5  # registered before the paper's runs
+PAPER_RUN_MEAN = float(np.mean([PAPER[f"ratio_run_{r}"] for r in range(1, 6)]))
+RATIO_CLAIMS = {fam: checks.Claim(
+    f"ratio_within_band_{fam}",
+    f"the learned actor's median last-round loss on {fam} is within {BAND}x exact PMD's at its fitted step"
+    + ("" if fam == tasks.FAMILIES[0] else " (a family it was not trained on)"),
+    "<", BAND, unit="seed", control="the same seeds' untrained actors (initial parameters) in the same loop",
+    fails_if="the actor's errors compound when it reads its own outputs, or it learned the training family "
+             "rather than the PMD map, or its inputs leave its training range",
+    paper=PAPER_RUN_MEAN if fam == tasks.FAMILIES[0] else PAPER.get(f"ratio_median_{fam}")) for fam in tasks.FAMILIES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +144,9 @@ def _losses(mdp, policies, Q_star, loss0):
     return jax.vmap(lambda pi: jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi))))(policies) / loss0
 
 
-def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) -> dict:
-    """Loss curves ``[runs, families, mdps, rounds]`` (learned, reference) and ``[runs, mdps, rounds]`` with the
-    learned critic, as one program."""
+def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params, untrained_params) -> dict:
+    """Loss curves ``[runs, families, mdps, rounds]`` (learned, untrained, reference) and ``[runs, mdps, rounds]``
+    with the learned critic, as one program."""
     actor, critic = cfg.actor.actor(), cfg.critic.critic()
     S, A = cfg.actor.num_states, cfg.actor.num_actions
     mdps = [tasks.split_mdps(f, "test", cfg.n_mdps, cfg.actor.data_seed) for f in cfg.families]
@@ -144,13 +158,13 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) ->
         Q_star = optimal_q(mdp, tol=1e-6)
         return Q_star, jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
 
-    def one_mdp(params, eta_ref, mdp, key):
+    def one_mdp(params, params0, eta_ref, mdp, key):
         Q_star, loss0 = normaliser(mdp)
-        learned_actor = lambda pi, Q, eta: actor.policy(params, pi, Q, eta)  # noqa: E731
         exact = exact_critic(mdp)
         run = lambda act, crit, eta: _losses(  # noqa: E731
             mdp, closed_loop(key, mdp, act, crit, pi0, Q0, 0, eta, cfg.rounds).policies, Q_star, loss0)
-        return run(learned_actor, exact, cfg.eta), run(pmd_step, exact, eta_ref)
+        played = [run(lambda pi, Q, eta, p=p: actor.policy(p, pi, Q, eta), exact, cfg.eta) for p in (params, params0)]
+        return (*played, run(pmd_step, exact, eta_ref))
 
     def with_learned_critic(params, mdp, key):
         Q_star, loss0 = normaliser(mdp)
@@ -163,21 +177,24 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params) ->
         return _losses(mdp, closed_loop(key, mdp, act, crit, pi0, Q0, 0, cfg.eta, cfg.rounds).policies, Q_star, loss0)
 
     @jax.jit
-    def program(actor_params, eta_hat, mdps, keys):
-        per_mdp = jax.vmap(one_mdp, in_axes=(None, None, 0, 0))
-        per_family = jax.vmap(per_mdp, in_axes=(None, None, 0, None))
-        learned_loss, ref_loss = jax.vmap(per_family, in_axes=(0, 0, None, None))(actor_params, eta_hat, mdps, keys)
+    def program(actor_params, untrained_params, eta_hat, mdps, keys):
+        per_mdp = jax.vmap(one_mdp, in_axes=(None, None, None, 0, 0))
+        per_family = jax.vmap(per_mdp, in_axes=(None, None, None, 0, None))
+        learned_loss, untrained_loss, ref_loss = jax.vmap(per_family, in_axes=(0, 0, 0, None, None))(
+            actor_params, untrained_params, eta_hat, mdps, keys)
         iid = jax.tree.map(lambda x: x[0], mdps)
         lc = jax.vmap(jax.vmap(with_learned_critic, in_axes=(None, 0, 0)), in_axes=(0, None, None))(
             actor_params, iid, keys)
-        return {"learned": learned_loss, "reference": ref_loss, "learned_critic": lc}
+        return {"learned": learned_loss, "untrained": untrained_loss, "reference": ref_loss, "learned_critic": lc}
 
-    return jax.tree.map(lambda a: np.asarray(a, np.float64), program(actor_params, eta_hat, mdps, keys))
+    out = program(actor_params, untrained_params, eta_hat, mdps, keys)
+    return jax.tree.map(lambda a: np.asarray(a, np.float64), out)
 
 
 def compute(cfg: RepeatedControlConfig, ctx: RunContext) -> dict:
-    actor_params, actor_curves = training.train_runs(ctx, "actor", cfg.actor, "actor", seed_keys(cfg.runs, cfg.stream),
-                                                     np.zeros(cfg.runs), cfg.chunks)
+    keys = seed_keys(cfg.runs, cfg.stream)
+    actor_params, actor_curves = training.train_runs(ctx, "actor", cfg.actor, "actor", keys, np.zeros(cfg.runs),
+                                                     cfg.chunks)
     critic_params, critic_origin = training.reuse_or_train(ctx, "pmd.learned_critic", "critic", cfg.critic, "critic", 1,
                                                            cfg.stream, cfg.chunks)
     actor = cfg.actor.actor()
@@ -188,7 +205,8 @@ def compute(cfg: RepeatedControlConfig, ctx: RunContext) -> dict:
         outs(actor_params), val.pi, val.Q))
     critic_one = jax.tree.map(lambda a: a[0], critic_params)
     return {"actor_params": actor_params, "critic_params": critic_params, "eta_hat": eta_hat,
-            "losses": control(cfg, actor_params, eta_hat, critic_one), "critic_origin": critic_origin,
+            "losses": control(cfg, actor_params, eta_hat, critic_one, training.initial_params(cfg.actor, "actor", keys)),
+            "critic_origin": critic_origin,
             "curves": {"actor": actor_curves}}
 
 
@@ -234,15 +252,11 @@ def summarize(cfg: RepeatedControlConfig, arrays: dict) -> Summary:
     report(cfg.families[0], "learned", L["learned_critic"], L["reference"][:, 0], "_learned_critic")
     lc_diff = L["learned_critic"][..., -1] - L["learned"][:, 0, :, -1]
     m["learned_vs_exact_critic_diff_median"] = float(np.median(lc_diff))
-    found = [
-        checks.at_most(f"every run's ratio inside the {BAND} band ({cfg.families[0]})", m["ratio_max"], BAND,
-                       paper=PAPER["ratio_max"],
-                       claim="each learned actor's median last-round loss is within 1.5x exact PMD at its fitted step"),
-    ]
-    for fam, r in further.items():
-        found.append(checks.at_most(f"every run's ratio inside the {BAND} band on {fam} (not trained on)",
-                                    float(r.max()), BAND, paper=PAPER.get(f"ratio_median_{fam}"),
-                                    claim="the same checkpoints stay within the band on a family they were not trained on"))
+    found = []
+    for j, fam in enumerate(cfg.families):
+        control_ratio = ratios(L["untrained"][:, j], L["reference"][:, j])
+        m[f"ratio_mean_untrained_{fam}"] = float(control_ratio.mean())
+        found.append(RATIO_CLAIMS[fam].judge(rat if j == 0 else further[fam], control=control_ratio))
     return Summary(metrics=m, checks=found, tables={"table": table, "models": {
         "role": ["actor", "critic"], "origin": ["trained here", arrays["critic_origin"]]}})
 
@@ -295,6 +309,6 @@ STUDY = register(Study(
     name="pmd.repeated_control",
     summary="PolicyAttention learned actors in a 20-round closed loop vs exact PMD at their fitted step (Figure 7)",
     config_type=RepeatedControlConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="runs", after=("pmd.learned_critic",),
+    paper=PAPER, seeds_field="runs", after=("pmd.learned_critic",), claims=tuple(RATIO_CLAIMS.values()),
     quick_s=120,
 ))

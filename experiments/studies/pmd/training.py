@@ -41,6 +41,13 @@ def train_runs(ctx: RunContext, name: str, tcfg: train.TrainConfig, role: str, k
     return jax.tree.map(np.asarray, run.state.params), {"loss": np.asarray(run.curves["loss"])}
 
 
+def initial_params(tcfg: train.TrainConfig, role: str, keys: np.ndarray):
+    """The parameters runs ``keys`` of ``role`` start training from (host arrays with a run axis): the untrained
+    models the studies' negative controls evaluate."""
+    run = train.init_run(tcfg, role, keys, np.zeros(len(keys)))
+    return jax.tree.map(np.asarray, run.state.params)
+
+
 def model_of(tcfg: train.TrainConfig, role: str):
     """The model that plays ``role`` (one of ``pmd_jax.train.ROLES``) at ``tcfg``'s sizes."""
     models_of_roles = {"actor": tcfg.actor, "critic": tcfg.critic, "full_packet_actor": tcfg.full_packet_actor}
@@ -211,7 +218,7 @@ class KeptModels:
 QUICK_MODELS = KeptModels(
     actor=train.TrainConfig(model=ModelConfig(d_model=32, num_layers=2), num_steps=800, warmup=80),
     critic=train.TrainConfig(model=ModelConfig(d_model=32, num_layers=2), num_steps=1_500, warmup=100, batch_size=16),
-    actor_runs=3, critic_runs=2, actor_chunks=4, critic_chunks=3)
+    actor_runs=5, critic_runs=4, actor_chunks=4, critic_chunks=3)
 
 
 def screened_models(spec: KeptModels, ctx: RunContext) -> dict:
