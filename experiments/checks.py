@@ -40,7 +40,6 @@ import re
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["Check", "Claim", "Control", "PASS", "FAIL", "INCONCLUSIVE", "NO_POWER", "VERDICTS", "paired"]
 
@@ -195,6 +194,8 @@ class Claim:
         gap = min(abs(est.mean - e) for e in edges)
         if not (est.sd > 0 and gap > 0 and math.isfinite(est.sd)):
             return None
+        from scipy import stats  # imported here: scipy.stats costs seconds, and every CLI process imports checks
+
         return max(est.n + 1, math.ceil((stats.norm.ppf(0.5 + LEVEL / 2) * est.sd / gap) ** 2))
 
 
@@ -218,6 +219,8 @@ def estimate(values: Any, where: str = "values") -> Estimate:
     n, mean = x.size, float(x.mean())
     if n == 1 or not np.all(np.isfinite(x)):
         return Estimate(mean, math.nan, math.nan, n, -math.inf, math.inf)
+    from scipy import stats  # see Claim._needed
+
     sd = float(x.std(ddof=1))
     se = sd / math.sqrt(n)
     half = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * se

@@ -1,16 +1,26 @@
-"""Command line of the suite: parse the verb and dispatch (``list, show, run, report, bench``).
+"""Command line of the suite: parse the verb and dispatch (``list, show, run, report, bench, docs``).
 
 ``python -m experiments run STUDY`` writes ``DIR/STUDY/result.json`` (schema in
-``experiments.results``). Exit codes: 0 when no check failed, 1 when a check's verdict is
-FAIL or NO POWER (with ``--strict``, also INCONCLUSIVE) or a study raised (the result, or
-``error.txt`` with the traceback, is still written),
-2 for usage errors: an unknown study, a bad ``--set``/``--config``/``--sweep``/``--seeds``
-(caught before any computation), or bad multi-process flags.
+``experiments.results``). Exit codes:
+
+* 0 when no check failed;
+* 1 when a check's verdict is FAIL or NO POWER (with ``--strict``, also INCONCLUSIVE), or a
+  study raised an unexpected exception (the result, or ``error.txt`` with the traceback, is
+  still written; the traceback is printed);
+* 2 for the user's input, as one line ``error: what, where, how to fix``: an unknown study,
+  a bad ``--set``/``--config``/``--sweep``/``--seeds``, an ``--out`` that is no writable
+  folder, ``--allow-code-change`` without ``--resume``, a study folder another run holds
+  (:func:`experiments.io.lock_folder`), bad multi-process flags (all caught before any
+  computation), and, found while a study runs, a malformed data file or a checkpoint that
+  cannot be resumed (:func:`_input_errors`). Their traceback goes to ``DIR/STUDY/error.txt``
+  and, with ``--debug``, to the console.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import json
 import pathlib
 import sys
@@ -20,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import checks, configs, distributed, io, jobs, registry, report, results, runner
+from experiments import checks, configs, distributed, docs, io, jobs, perf_log, registry, report, results, runner
 from experiments.provenance import provenance
 
 __all__ = ["main"]
@@ -35,6 +45,7 @@ class _Row:
     study: str
     counts: dict[str, int] | None  # verdict -> count; None when the study raised
     wall_s: float
+    bad_input: bool = False  # the study stopped on the user's input (exit 2), not on a fault of the code
 
     @property
     def status(self) -> str:
@@ -59,6 +70,41 @@ def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
 def _usage_error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """Exceptions a study raises on the user's input (exit 2): configs, data files, checkpoints, locks."""
+    from experiments import checkpoint
+    from uat_jax.errors import DataError
+
+    return (configs.ConfigError, DataError, io.FolderLocked, checkpoint.CheckpointExists,
+            checkpoint.CheckpointMismatch, checkpoint.CheckpointCorrupt)
+
+
+def _output_folder(text: str) -> pathlib.Path:
+    """``--out`` as a folder that exists and is writable (created if missing); ConfigError otherwise."""
+    out = pathlib.Path(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise configs.ConfigError(f"--out {text} is a file, not a folder; name a folder") from None
+    except OSError as err:
+        raise configs.ConfigError(f"--out {text}: cannot create the folder ({err.strerror}); name a writable "
+                                  "folder") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise configs.ConfigError(f"--out {text} is not writable; name a writable folder")
+    return out
+
+
+def _lock_studies(out: pathlib.Path, chosen: list[registry.Study], stack: contextlib.ExitStack) -> None:
+    """Hold the lock of every chosen study's folder until ``stack`` closes (the writing process only)."""
+    if distributed.is_writer():
+        for study in chosen:
+            try:
+                stack.enter_context(io.lock_folder(out / study.name))
+            except OSError as err:
+                raise configs.ConfigError(f"--out {out}: cannot use the study folder {out / study.name} "
+                                          f"({err.strerror}); name another --out") from None
 
 
 def _pick(name: str, studies: dict[str, registry.Study]) -> registry.Study:
@@ -125,13 +171,18 @@ def _run_study(study: registry.Study, request: runner.Request, args: argparse.Na
             config, overrides = runner.resolve(study, request)
             found = [runner.run_one(study, config, overrides, study_dir, request)]
             label = lambda r: study.name  # noqa: E731
-    except Exception:  # noqa: BLE001 - a failing study must not stop `run all`
+    except Exception as err:  # noqa: BLE001 - a failing study must not stop `run all`
         tb = traceback.format_exc()
-        print(f"ERROR in study {study.name}:\n{tb}", file=sys.stderr, flush=True)
+        bad_input = isinstance(err, _input_errors())
         if distributed.is_writer():
             study_dir.mkdir(parents=True, exist_ok=True)
             io.atomic_write_text(study_dir / "error.txt", tb)
-        return _Row(study.name, None, time.perf_counter() - t0)
+        if bad_input and not args.debug:
+            print(f"error: {study.name}: {err} (traceback in {study_dir / 'error.txt'}; --debug prints it)",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"ERROR in study {study.name}:\n{tb}", file=sys.stderr, flush=True)
+        return _Row(study.name, None, time.perf_counter() - t0, bad_input)
     for r in found:
         _print_checks(label(r), r)
     return _Row(study.name, _counts(found), time.perf_counter() - t0)
@@ -141,13 +192,17 @@ def _run_side_by_side(chosen: list[registry.Study], args: argparse.Namespace) ->
     """``run all --jobs N`` (:mod:`experiments.jobs`): one process per study, the checks printed as each ends."""
     flags = [flag for flag, on in (("--quick", args.quick), ("--resume", args.resume),
                                    ("--allow-code-change", args.allow_code_change),
-                                   ("--tensorboard", args.tensorboard)) if on]
+                                   ("--tensorboard", args.tensorboard), ("--debug", args.debug)) if on]
 
     def row(done: jobs.Finished) -> _Row:
         if done.result is None:
-            print(f"ERROR in study {done.study} (no result written); end of {done.log}:\n{jobs.tail(done.log)}",
-                  file=sys.stderr, flush=True)
-            return _Row(done.study, None, done.wall_s)
+            bad_input = done.returncode == 2
+            if bad_input and not args.debug:
+                print(jobs.tail(done.log, 1), file=sys.stderr, flush=True)
+            else:
+                print(f"ERROR in study {done.study} (no result written); end of {done.log}:\n{jobs.tail(done.log)}",
+                      file=sys.stderr, flush=True)
+            return _Row(done.study, None, done.wall_s, bad_input)
         _print_checks(done.study, done.result)
         return _Row(done.study, _counts([done.result]), done.wall_s)
 
@@ -177,21 +232,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
             chosen = registry.run_order(list(studies.values()))
         else:
             chosen = [_pick(args.study, studies)]
+        if args.allow_code_change and not args.resume:
+            raise configs.ConfigError("--allow-code-change applies to --resume only; add --resume or drop it")
+        if args.jobs > 1 and (args.study != "all" or args.coordinator is not None):
+            raise configs.ConfigError("--jobs runs the studies of 'all' side by side; it takes neither one study "
+                                      "nor --coordinator")
         request = _request(args)
         for study in chosen:  # every config is validated before any study runs
-            config, _ = _resolve(study, request, args.config)
+            _resolve(study, request, args.config)
             if args.sweep:
-                field, values = configs.parse_sweep(args.sweep)
-                for value in values:
-                    configs.apply(config, [(field, value)])
+                runner.sweep_points(study, request, *configs.parse_sweep(args.sweep))
+        out = _output_folder(args.out)
     except configs.ConfigError as err:
         return _usage_error(str(err))
-    if args.jobs > 1:
-        if args.study != "all" or args.coordinator is not None:
-            return _usage_error("--jobs runs the studies of 'all' side by side; it takes neither one study nor --coordinator")
-        rows = _run_side_by_side(chosen, args)
-    else:
-        rows = [_run_study(study, request, args, pathlib.Path(args.out)) for study in chosen]
+    with contextlib.ExitStack() as stack:
+        try:
+            _lock_studies(out, chosen, stack)
+        except (configs.ConfigError, io.FolderLocked) as err:
+            return _usage_error(str(err))
+        if args.jobs > 1:
+            rows = _run_side_by_side(chosen, args)
+        else:
+            rows = [_run_study(study, request, args, out) for study in chosen]
     if len(rows) > 1:
         width = max(len(r.study) for r in rows)
         print(f"\n{'study':<{width}}  {'status':<12}  pass  fail  inc  n/p    wall_s")
@@ -199,6 +261,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(r.line(width))
         total = _Row("all", {v: sum((r.counts or {}).get(v, 0) for r in rows) for v in checks.VERDICTS}, 0.0)
         print(f"{total.line(width)[:-10]}  (pass, fail, inconclusive, no power)")
+    if any(r.bad_input for r in rows):
+        return 2
     bad = {"ERROR", "FAIL"} | ({"INCONCLUSIVE"} if args.strict else set())
     return 1 if any(r.status in bad for r in rows) else 0
 
@@ -212,14 +276,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    rows = []
-    for key, value in d.items():
-        if isinstance(value, dict):
-            rows += _flat(value, f"{prefix}{key}.")
-        else:
-            rows.append((f"{prefix}{key}", value))
-    return rows
+def _cmd_docs(args: argparse.Namespace) -> int:
+    paths = docs.write(pathlib.Path(args.out))
+    print(f"wrote {len(paths)} pages to {args.out}")
+    return 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -231,8 +291,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if study.bench is None:
         with_bench = ", ".join(n for n, s in studies.items() if s.bench) or "none"
         return _usage_error(f"study {study.name!r} has no bench; studies with one: {with_bench}")
-    study_dir = pathlib.Path(args.out) / study.name
-    study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        study_dir = _output_folder(str(pathlib.Path(args.out) / study.name))
+    except configs.ConfigError as err:
+        return _usage_error(str(err))
     print(f"== benchmarking {study.name} -> {study_dir}", flush=True)
     t0 = time.perf_counter()
     try:
@@ -248,12 +310,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(f"ERROR in bench of {study.name}:\n{traceback.format_exc()}", file=sys.stderr)
         return 1
     io.atomic_write_json(study_dir / "bench.json", payload)
-    rows = _flat(timings)
+    rows = perf_log.flat(timings)
     width = max((len(k) for k, _ in rows), default=0)
     for key, value in rows:
         shown = f"{value:.4g}" if isinstance(value, (float, np.floating)) else str(value)
         print(f"  {key:<{width}}  {shown}")
     print(f"wrote {study_dir / 'bench.json'}")
+    if args.perf_log:
+        prov = payload["provenance"]
+        count = perf_log.append(perf_log.bench_rows(study.name, timings, prov["wall_s"]), perf_log.device_machine(),
+                                perf_log.commit(prov), pathlib.Path(args.perf_log))
+        print(f"appended {count} rows to {args.perf_log}")
     return 0
 
 
@@ -294,6 +361,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="with --resume: continue a checkpoint although the code it depends on changed")
     run.add_argument("--tensorboard", action="store_true", help="also write training curves as TensorBoard events")
     run.add_argument("--strict", action="store_true", help="exit 1 on an INCONCLUSIVE check too")
+    run.add_argument("--debug", action="store_true",
+                     help="print the traceback of an input error too (it is always in DIR/STUDY/error.txt)")
     run.add_argument("--jobs", type=_positive_int, default=1,
                      help="with 'all': run up to JOBS studies side by side, one process each (default 1)")
     run.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process: address of process 0")
@@ -308,7 +377,12 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time a study's vectorised program against loops")
     bench.add_argument("study")
     bench.add_argument("--out", default="results", help="results folder (default: results)")
+    bench.add_argument("--perf-log", default=str(perf_log.PATH), metavar="FILE",
+                       help="append the timings to this table (default: docs/performance.md; '' for none)")
     bench.set_defaults(handler=_cmd_bench)
+    pages = sub.add_parser("docs", help="write one reference page per study from the code (docs/studies/)")
+    pages.add_argument("--out", default="docs/studies", help="pages folder (default: docs/studies)")
+    pages.set_defaults(handler=_cmd_docs)
     return parser
 
 

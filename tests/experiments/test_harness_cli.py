@@ -16,7 +16,8 @@ from experiments import checks, cli, io, registry, results, sweep
 from experiments.registry import Study, Summary
 
 RESULT_KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
-PROVENANCE_KEYS = {"git", "jax", "backend", "devices", "environment", "processes", "wall_s", "compile_s"}
+PROVENANCE_KEYS = {"git", "worktree", "jax", "backend", "devices", "environment", "resume", "allow_code_change",
+                   "processes", "wall_s", "compile_s"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,11 +346,16 @@ def test_wall_text(provenance, text):
     assert results.wall_text(provenance) == text
 
 
-def test_bench_writes_bench_json(toys, tmp_path, capsys):
-    assert cli.main(["bench", "toy.train", "--out", str(tmp_path)]) == 0
+def test_bench_writes_bench_json_and_appends_its_timings(toys, tmp_path, capsys):
+    log = tmp_path / "performance.md"
+    assert cli.main(["bench", "toy.train", "--out", str(tmp_path), "--perf-log", str(log)]) == 0
     payload = json.loads((tmp_path / "toy.train" / "bench.json").read_text())
     assert payload["bench"] == {"vmap_s": 0.25, "loop_s": 2.5, "by_size": {"8": 1.5}}
     assert "by_size.8" in capsys.readouterr().out
+    rows = log.read_text().splitlines()[2:]
+    assert [r.split(" | ")[3:] for r in rows[1:]] == [["bench toy.train: vmap_s", "0.25 |"],
+                                                      ["bench toy.train: loop_s", "2.5 |"]]
+    assert rows[0].split(" | ")[3] == "bench toy.train: wall"
 
 
 def test_tensorboard_event_files(toys, tmp_path):
