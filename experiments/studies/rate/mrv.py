@@ -27,32 +27,44 @@ anti-aligned somewhere and fails (A4) whatever the training (reported as
 ``trained_frac_aligned_first``). From n = 1 on, M_n is itself an MRV output, and whether
 the next update's values point its way is what training decides.
 
-Checks, and how each could fail:
+Checks (declared claims, judged per seed: seeds are the unit, 95% t interval). The negative
+control of each is a **copy valve** (M_{n+1} = M_n, computed from the run's arrays by
+``copy_valve``): it is perfectly aligned (alpha 1, (A4)) and moves nothing, so it passes
+alignment alone and the retention bound, but it never writes the cue (M_0 is shared by a
+trajectory and its mirror). How each claim could fail:
 
-* ``trained_frac_aligned`` >= 0.5: the fraction of MRV updates n >= 1 on the long corridors
-  meeting (A3) at alpha = ``align_alpha`` and (A4) (the paper: alignment holds
-  empirically). Fails if trained RATE's new memories mostly point away from the old ones
-  (a valve that overwrites), or if alignment holds only on training-length segments.
-* ``trained_frac_within_bound`` >= 0.9: the fraction of the same updates, taken as they
-  are (rows not normalised, so the theorem does not apply), with ||M_{n+1} - M_n||_F <=
-  sqrt(2(1 - alpha_n/(H m))) ||M_n||_F at their own measured alpha_n (clipped to [0, 1]).
-  Fails if the trained memory's norm or direction moves more per update than the bound
-  allows, i.e. if the theorem does not describe the trained model.
-  At quick size the trained valve is close to a fixed point after the first updates
-  (update ratio median 0.10, alpha median 0.995 on the judged seeds), so both pass by wide
-  margins; the bound is loose there (ratio / bound: median 0.09, max 0.74).
-* ``rate_cue_retention`` >= 0.5: the cue separation of RATE's memory (||M - M'||_F /
-  mean norm, M' the mirror's memory) at the last memory before the junction divided by
-  that of M_1. Fails if iterated updates wash the cue out of the memory (a contraction
-  to one cue-free state) or if it was never written.
-* ``rate_minus_no_mrv_cue_retention`` >= 0: the same retention for RATE minus that for
-  RATE-noMRV (the paper: the valve is what keeps sparse information). Fails if memory
-  passed on without the valve keeps the cue better. Retention is capped at 1 per seed.
-  At quick size it fails on the screening seeds (RATE 0.65, RATE-noMRV 0.67: in each model
-  one seed of three loses the cue over 32 segments, see the QUICK comment) and passes on
-  the judged seeds (RATE 0.98, RATE-noMRV 0.08: both judged RATE-noMRV seeds lose it), so
-  at this size the verdict rests on which seeds lose the cue; kept as the paper's claim,
-  reported as measured.
+* ``trained_frac_aligned`` > 0.5: per seed, the fraction of MRV updates n >= 1 on the long
+  corridors meeting (A3) at alpha = ``align_alpha`` and (A4) *and* whose output still holds
+  the cue (its cue separation above ``KEEP`` = 0.5 times M_1's, trajectory by trajectory):
+  the paper's alignment, on the updates that do the valve's work. Alignment alone
+  (``trained_frac_aligned_any_cue``, a metric) passes for the copy valve. Fails if trained
+  RATE's new memories mostly point away from the old ones (a valve that overwrites), or if
+  the aligned updates are those of a memory that has lost the cue.
+* ``rate_cue_retention`` > 0.5: per seed, the cue separation of RATE's memory (||M - M'||_F /
+  mean norm, M' the mirror's memory) at the last memory before the junction over that of
+  M_1, capped at 1 (0 where M_1 holds no cue). Fails if iterated updates wash the cue out
+  of the memory (a contraction to one cue-free state) or if it was never written.
+* ``rate_minus_no_mrv_cue_retention`` > 0: the same retention for RATE minus that for
+  RATE-noMRV, paired by seed (the paper: the valve is what keeps sparse information).
+  Control: the copy valve minus RATE-noMRV. Fails if memory passed on without the valve
+  keeps the cue as well.
+
+The retention bound is a metric (``trained_frac_within_bound``, ``trained_ratio_over_bound_*``):
+at alpha <= 1 it is never below sqrt(2 (1 - 1/(H m))) of the old norm (1.15 at the quick
+H m = 3) while trained updates move the memory by about 0.1 of it, so it cannot fail there
+(``tests/experiments/test_rate_mrv.py``); the theorem itself is tested in
+``tests/rate_jax/test_rate_retention.py``.
+
+Retention is all or nothing per seed at quick size (a seed's memory keeps the cue over 32
+segments or loses it), so these intervals are wide: on the screening seeds (stream 1, 3
+seeds, QUICK comment) RATE's retention was 0.00, 0.97, 0.98 and RATE-noMRV's 1.00, 1.00,
+0.003, i.e. RATE - RATE-noMRV -1.0, -0.03, +0.98: no measurable difference at this size.
+``rate_cue_retention`` (mean 0.65, sd 0.56) would need about 50 seeds to be decided and the
+comparison thousands. The judged seeds (stream 0, 2 seeds, once) both kept the cue in RATE
+(retention 0.95, 1.00) and both lost it in RATE-noMRV (0.006, 0.15), so all three claims PASS
+there (QUICK comment); two seeds that agree give a narrow t interval, but the screening
+seeds show that the verdict rests on which seeds are drawn: read these PASSes as "the judged
+seeds agree with the paper", not as a decided effect. The full preset needs about 50 seeds.
 """
 from __future__ import annotations
 
@@ -70,6 +82,25 @@ from experiments.studies.rate import training
 PAPER: dict[str, float] = {}  # the paper states the bound and its assumption, no measured numbers
 MODELS = ("RATE", "RATE-noMRV")
 LONG_TAG = 2  # a seed's long-corridor key is fold_in(its training key, LONG_TAG)
+KEEP = 0.5  # an update keeps the cue when M_{n+1}'s cue separation is above KEEP times M_1's
+COPY = "a copy valve (M_{n+1} = M_n: alpha 1, no anti-alignment, the cue never written)"
+ALIGNED = checks.Claim(
+    "trained_frac_aligned",
+    "most MRV updates of trained RATE (n >= 1, long corridors) are alpha-aligned without anti-alignment "
+    "while the memory keeps the cue",
+    ">", 0.5, control=COPY,
+    fails_if="trained RATE's new memories mostly point away from the old ones (a valve that overwrites), or the "
+             "aligned updates are those of a memory that has lost the cue (or never wrote it)")
+RETENTION = checks.Claim(
+    "rate_cue_retention", "RATE's memory keeps the cue over many segments beyond training",
+    ">", 0.5, control=COPY,
+    fails_if="iterated updates wash the cue out of the memory (a contraction to one cue-free state), or it was "
+             "never written")
+OVER_NO_MRV = checks.Claim(
+    "rate_minus_no_mrv_cue_retention", "the MRV keeps the sparse cue better than memory passed on without it",
+    ">", 0.0, control=f"{COPY}, minus RATE-noMRV",
+    fails_if="memory passed on without the valve keeps the cue as well as RATE's")
+CLAIMS = (ALIGNED, RETENTION, OVER_NO_MRV)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +161,15 @@ class MRVStudyConfig:
 # 0.67 (1.00, 1.00, 0.003; uncapped 1.61, 2.11, 0.003). The cap at 1 of the retention was added
 # after this screen (uncapped, a separation that grows would count as more than full retention);
 # the comparison with RATE-noMRV fails on the screening seeds either way, and was kept as the
-# paper's claim: no size was tuned to make it pass.
+# paper's claim: no size was tuned to make it pass. (trained_frac_aligned above is the alignment-only
+# fraction, now the metric trained_frac_aligned_any_cue.)
+# Seeds, with the interval verdicts: those 3 screening seeds give 95% t intervals of 0.65 +- 1.40
+# for RATE's retention and -0.02 +- 2.5 for RATE - RATE-noMRV (per seed all-or-nothing: see the
+# module docstring); about 50 seeds would decide the first, so no affordable quick size decides
+# them. The quick size stays at 2 seeds (the same training as rate.tmaze's first two seeds).
+# Judged seeds (stream 0, 2 seeds, once): trained_frac_aligned 1.00 [1, 1] (alignment alone 1.00
+# too; copy valve 0, FAIL); retention RATE 0.98 [0.67, 1.28] (copy valve 0, FAIL); RATE - RATE-noMRV
+# +0.90 [0.33, 1.48] (control -0.08, INCONCLUSIVE): 3 PASS, 281 s wall under a load of ~20.
 QUICK = MRVStudyConfig(
     align_alpha=0.5,
     train=rate_jax.TrainConfig(
@@ -217,13 +256,32 @@ def compute(config: MRVStudyConfig, ctx: RunContext) -> dict:
 
 def _retention(separation: np.ndarray) -> np.ndarray:
     """Per seed: the cue separation at the last memory before the junction (M_{N'-1}) over that of
-    M_1, capped at 1 (a separation that grows keeps the cue, it does not keep more than all of it)."""
+    M_1, capped at 1 (a separation that grows keeps the cue, it does not keep more than all of it);
+    0 where M_1 holds no cue (a cue never written is not retained)."""
     mean = np.asarray(separation).mean(-1)  # [S, N'+1]
-    return np.minimum(mean[:, -2] / mean[:, 1], 1.0)
+    written = mean[:, 1] > 0
+    return np.where(written, np.minimum(mean[:, -2] / np.where(written, mean[:, 1], 1.0), 1.0), 0.0)
+
+
+def _aligned_keeping_cue(alpha, a4, separation, align_alpha: float) -> np.ndarray:
+    """[S, N', B]: update n meets (A3) at ``align_alpha`` and (A4), and its output M_{n+1} keeps
+    the cue (separation above ``KEEP`` times M_1's, trajectory by trajectory; none where M_1 has none)."""
+    sep = np.asarray(separation)  # [S, N'+1, B]
+    keeps = sep[:, 1:] > KEEP * sep[:, 1:2]
+    return (np.asarray(alpha) >= align_alpha) & np.asarray(a4, bool) & keeps
+
+
+def copy_valve(trained: dict, separation: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The negative control's arrays: a valve that copies the old memory keeps M_0 (a learned
+    parameter shared by every trajectory) forever, so every update is perfectly aligned (alpha 1,
+    (A4)) and moves nothing, and every memory's cue separation is M_0's (0: the mirror has the same M_0)."""
+    alpha = np.ones_like(np.asarray(trained["alpha"], float))
+    sep = np.broadcast_to(np.asarray(separation)[:, :1], np.shape(separation))
+    return {"alpha": alpha, "a4": np.ones_like(alpha, bool), "ratio": np.zeros_like(alpha)}, sep
 
 
 def summarize(config: MRVStudyConfig, arrays: dict) -> Summary:
-    """Alignment and bound of RATE's updates, cue retention of RATE and RATE-noMRV; the four checks."""
+    """Alignment and bound of RATE's updates, cue retention of RATE and RATE-noMRV; the three checks."""
     trained, separation = arrays["trained"], arrays["separation"]
     alpha, a4, ratio = (np.asarray(trained[k]) for k in ("alpha", "a4", "ratio"))
     a4 = a4.astype(bool)
@@ -232,8 +290,12 @@ def summarize(config: MRVStudyConfig, arrays: dict) -> Summary:
     later = slice(1, None)  # updates n >= 1 (M_0 is a shared learned parameter, see the docstring)
     in_training = slice(1, config.train.num_segments)  # n = 1 .. N-1: the updates training sees
     retention = {name: _retention(separation[name]) for name in MODELS}
+    keeping = _aligned_keeping_cue(alpha, a4, separation["RATE"], config.align_alpha)
+    copy, copy_sep = copy_valve(trained, separation["RATE"])
+    copy_keeping = _aligned_keeping_cue(copy["alpha"], copy["a4"], copy_sep, config.align_alpha)
     metrics = {
-        "trained_frac_aligned": aligned[:, later].mean(),
+        "trained_frac_aligned": keeping[:, later].mean(),
+        "trained_frac_aligned_any_cue": aligned[:, later].mean(),
         "trained_frac_aligned_first": aligned[:, 0].mean(),
         "trained_frac_aligned_training_segments": aligned[:, in_training].mean(),
         "trained_frac_aligned_beyond_training": aligned[:, config.train.num_segments:].mean(),
@@ -253,20 +315,16 @@ def summarize(config: MRVStudyConfig, arrays: dict) -> Summary:
     }
     metrics["rate_minus_no_mrv_cue_retention"] = metrics["rate_cue_retention"] - metrics["rate_no_mrv_cue_retention"]
     metrics = {k: float(v) for k, v in metrics.items()}
+    copy_retention = _retention(copy_sep)
     found = [
-        checks.at_least("trained_frac_aligned", metrics["trained_frac_aligned"], 0.5,
-                        claim=f"alpha >= {config.align_alpha:g} and no anti-alignment in most MRV updates of trained "
-                              "RATE (n >= 1, long corridors)"),
-        checks.at_least("trained_frac_within_bound", metrics["trained_frac_within_bound"], 0.9,
-                        claim="trained MRV updates obey the retention bound at their measured alpha, rows as they are"),
-        checks.at_least("rate_cue_retention", metrics["rate_cue_retention"], 0.5,
-                        claim="RATE's memory keeps the cue over many segments beyond training"),
-        checks.at_least("rate_minus_no_mrv_cue_retention", metrics["rate_minus_no_mrv_cue_retention"], 0.0,
-                        claim="the MRV keeps the sparse cue better than memory passed on without it"),
+        ALIGNED.judge(keeping[:, later].mean((1, 2)), control=copy_keeping[:, later].mean((1, 2))),
+        RETENTION.judge(retention["RATE"], control=copy_retention),
+        OVER_NO_MRV.judge(checks.paired(retention["RATE"], retention["RATE-noMRV"]),
+                          control=checks.paired(copy_retention, retention["RATE-noMRV"])),
     ]
     segments = {
         "segment": list(range(alpha.shape[1])),
-        "frac_aligned": aligned.mean(axis=(0, 2)), "frac_a4": a4.mean(axis=(0, 2)),
+        "frac_aligned": aligned.mean(axis=(0, 2)), "frac_aligned_keeping_cue": keeping.mean(axis=(0, 2)), "frac_a4": a4.mean(axis=(0, 2)),
         "alpha_median": np.median(alpha, axis=(0, 2)), "update_ratio_median": np.median(ratio, axis=(0, 2)),
         "bound_median": np.median(bound, axis=(0, 2)),
         **{f"cue_separation_{k}": np.asarray(separation[n]).mean(axis=(0, 2))[1:]
@@ -309,6 +367,6 @@ STUDY = register(Study(
     name="rate.mrv",
     summary="MRV in trained RATE: alpha-alignment, the retention bound, cue retention vs RATE-noMRV",
     config_type=MRVStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="seeds",
+    paper=PAPER, seeds_field="seeds", claims=CLAIMS,
     quick_s=105,
 ))

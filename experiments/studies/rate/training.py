@@ -20,6 +20,8 @@ import rate_jax
 from experiments import seeds
 from experiments.registry import RunContext
 
+NOISE = "RATE+memory noise"  # the arm: RATE evaluated with noise in place of the memory passed between segments
+
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
@@ -72,20 +74,26 @@ def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seed
 
 
 def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task, env_params,
-                   max_steps: int, params, keys) -> dict[str, np.ndarray]:
+                   max_steps: int, params, keys, noise: tuple[bool, ...] = (False,)) -> list[dict[str, np.ndarray]]:
     """Every seed (``params`` and evaluation ``keys`` [S] stacked) on every episode of
     ``env_params`` (leading axis E) of ``task.env``, from return-to-go ``task.initial_rtg``,
-    each run for ``max_steps`` steps: {"success", "episode_return", "episode_length": [S, E]}
-    (success NaN where the task reports none). One compiled program; its compile time is
-    recorded on ``ctx`` and logged with the run time."""
+    each run for ``max_steps`` steps, once per ``noise`` flag (``memory_noise`` of
+    ``rate_jax.make_env_evaluate``: every memory passed between segments replaced by noise,
+    the paper's ablation and the RATE studies' negative control): per flag
+    {"success", "episode_return", "episode_length": [S, E]} (success NaN where the task
+    reports none). One compiled program for every flag (the noise is drawn either way, so the
+    clean run does not depend on it); its compile time is recorded on ``ctx`` and logged with
+    the run time."""
     evaluate = rate_jax.make_env_evaluate(model, task.env, max_steps, task.initial_rtg)
     t0 = time.perf_counter()
-    program = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None))).lower(params, keys, env_params).compile()
+    program = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None, None))).lower(
+        params, keys, env_params, jnp.asarray(False)).compile()
     compile_s = time.perf_counter() - t0
     ctx.record_compile(compile_s)
-    t0 = time.perf_counter()
-    out = program(params, keys, env_params)
-    result = {k: np.asarray(getattr(out, k)) for k in ("success", "episode_return", "episode_length")}
-    print(f"[{ctx.study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr, flush=True)
-    return result
+    t0, results = time.perf_counter(), []
+    for flag in noise:
+        out = program(params, keys, env_params, jnp.asarray(flag))
+        results.append({k: np.asarray(getattr(out, k)) for k in ("success", "episode_return", "episode_length")})
+    print(f"[{ctx.study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s "
+          f"({len(noise)} flag(s))", file=sys.stderr, flush=True)
+    return results
