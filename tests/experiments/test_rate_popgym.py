@@ -32,21 +32,48 @@ def test_segment_length_holds_the_episode():
     assert dt.model.segment_len == 18 and dt.num_segments == 3 and dt.model.num_mem_tokens == 0
 
 
+def _arrays(config, rate, noise, dt, seeds=4):
+    """{task: per-seed mean return} of each arm, as compute returns them (4 episodes per seed)."""
+    per = lambda v: np.repeat(np.asarray(v, float).reshape(-1, 1), 4, 1) if np.ndim(v) else np.full((seeds, 4), v)
+    returns = {t: {"RATE": per(rate[t]), study.NOISE: per(noise[t]), "DT": per(dt[t])} for t in config.tasks}
+    return {"returns": returns, "random_return": {"repeat_previous": -0.5, "count_recall": -0.9},
+            "val_accuracy": {t: {v: np.ones(seeds) for v in config.variants} for t in config.tasks},
+            "final_loss": {t: {v: np.zeros(seeds) for v in config.variants} for t in config.tasks}}
+
+
 def test_summarize_margins_by_hand():
     config = study.QUICK
-    returns = {"repeat_previous": {"RATE": np.full((2, 4), 0.9), "DT": np.full((2, 4), 0.8)},
-               "count_recall": {"RATE": np.array([[-0.5] * 4, [-0.3] * 4]), "DT": np.full((2, 4), -0.9)}}
-    arrays = {"returns": returns, "random_return": {"repeat_previous": -0.5, "count_recall": -0.9},
-              "val_accuracy": {t: {v: np.ones(2) for v in config.variants} for t in config.tasks},
-              "final_loss": {t: {v: np.zeros(2) for v in config.variants} for t in config.tasks}}
+    arrays = _arrays(config, rate={"repeat_previous": [0.9, 0.92, 0.88, 0.9], "count_recall": [-0.5, -0.3, -0.4, -0.4]},
+                     noise={"repeat_previous": 0.7, "count_recall": -0.9}, dt={"repeat_previous": 0.8,
+                                                                                "count_recall": -0.9})
     summary = study.summarize(config, arrays)
     m = summary.metrics
     assert m["rate_minus_dt_repeat_previous"] == pytest.approx(0.1)
     assert m["rate_minus_dt_count_recall"] == pytest.approx(0.5)  # RATE -0.4 against DT -0.9
-    assert m["rate_minus_dt_mean_return"] == pytest.approx(0.3)
-    assert [c.passed for c in summary.checks] == [True, True, True]
-    returns["repeat_previous"]["RATE"] = np.full((2, 4), 0.82)  # 0.02 < 0.05
-    assert [c.passed for c in study.summarize(config, arrays).checks] == [False, True, True]
+    assert m["rate_minus_dt_mean_return"] == pytest.approx(0.3) and m["rate_noise_repeat_previous"] == 0.7
+    c = {k.name: k for k in summary.checks}
+    assert list(c) == ["rate_minus_dt_repeat_previous", "rate_minus_dt_count_recall", "rate_minus_dt_mean_return"]
+    assert all(k.verdict == "PASS" and k.n == 4 and k.unit == "seed" for k in c.values())
+    assert c["rate_minus_dt_count_recall"].lo == pytest.approx(0.5 - 3.182446 * np.std([-0.1, 0.1, 0, 0], ddof=1) / 2,
+                                                               rel=1e-5)
+    assert c["rate_minus_dt_repeat_previous"].control.value == pytest.approx(-0.1)
+    arrays["returns"]["repeat_previous"]["RATE"] = np.full((4, 4), 0.82)  # 0.02 < 0.05 on every seed
+    assert [k.verdict for k in study.summarize(config, arrays).checks] == ["FAIL", "PASS", "PASS"]
+
+
+def test_memory_noise_control_fails_every_claim():
+    """With noise in place of the memory passed between segments, RATE is a player with a restarting
+    segment context, like DT (tests/rate_jax/test_rate_planted_bugs.py: noise erases what the memory
+    carried): fed at DT's returns up to seed noise, the control fails every claim, and a RATE no better
+    than its noise arm leaves each claim without power."""
+    config = study.QUICK
+    rate = {"repeat_previous": [0.92, 0.93, 0.9, 0.92], "count_recall": [-0.5, -0.3, -0.4, -0.4]}
+    dt = {"repeat_previous": [0.81, 0.8, 0.82, 0.81], "count_recall": [-0.9, -0.85, -0.95, -0.9]}
+    noise = {"repeat_previous": [0.8, 0.82, 0.79, 0.81], "count_recall": [-0.88, -0.9, -0.92, -0.9]}
+    checks = study.summarize(config, _arrays(config, rate, noise, dt)).checks
+    assert [k.verdict for k in checks] == ["PASS"] * 3 and all(k.control.verdict == "FAIL" for k in checks)
+    powerless = study.summarize(config, _arrays(config, rate, rate, dt)).checks
+    assert [k.verdict for k in powerless] == ["NO POWER"] * 3
 
 
 def test_tiny_run_end_to_end(tmp_path):
@@ -54,10 +81,11 @@ def test_tiny_run_end_to_end(tmp_path):
     out = tmp_path / "rate.popgym"
     result = json.loads((out / "result.json").read_text())
     assert [c["name"] for c in result["checks"]] == ["rate_minus_dt_repeat_previous", "rate_minus_dt_mean_return"]
+    assert all(c["kind"] == "interval" and c["n"] == 1 and c["verdict"] == "INCONCLUSIVE" for c in result["checks"])
     m = result["metrics"]
     assert -1.0 <= m["rate_repeat_previous"] <= 1.0 and -1.0 <= m["random_repeat_previous"] < 0.0
     rows = list(csv.DictReader((out / "returns.csv").open()))
-    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", "RATE"), ("repeat_previous", "DT")}
+    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", v) for v in ("RATE", "DT", study.NOISE)}
     assert (out / "returns.png").stat().st_size > 0
     with np.load(out / "popgym.npz") as npz:
         assert npz["return_repeat_previous_RATE"].shape == (1, 4)
