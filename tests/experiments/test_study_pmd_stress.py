@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from experiments import checks
-from experiments.studies.pmd import stress
+from experiments.studies.pmd import stress, training
 from pmd_jax import audit, tasks
 from pmd_jax.mdp import bellman_operator, policy_evaluation
 from pmd_jax.pmd import pmd_step
+from pmd_jax.train import TrainConfig
+from pmd_jax.transformer import ModelConfig
 
 
 def _arrays(cfg, rng, actors=6, critics=5, N=8):
@@ -92,3 +94,17 @@ def test_exact_target_scoring_is_a_change_of_scoring_the_10pct_gap_sees():
     assert check.verdict == checks.PASS and check.control.verdict == checks.FAIL
     assert float(jnp.max(err["exact_returned"])) == 0.0
 
+
+
+def test_critic_outputs_per_run_equal_a_single_run_call():
+    """Critic runs are evaluated one compiled call at a time (memory); run ``c`` reads actor run ``c mod runs``."""
+    tcfg = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2))
+    x = training.condition_inputs(("iid",), 2, 2, 0.8, 0)
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(1), 3)))
+    params = training.initial_params(tcfg, "critic", keys)
+    pi_new = np.stack([training.ideal_policies(x), np.full(x.pi.shape, 1 / 3)])  # two actor runs
+    both = training.critic_outputs(tcfg, params, x, pi_new, 5, 6)
+    one = training.critic_outputs(tcfg, jax.tree.map(lambda a: a[2:], params), x, pi_new[:1], 5, 6)
+    assert both["exact_returned"].shape == (3, 1, 4, 4, 3)
+    for k in both:
+        np.testing.assert_allclose(both[k][2], one[k][0], rtol=1e-6, atol=1e-6)

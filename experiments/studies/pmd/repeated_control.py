@@ -132,6 +132,8 @@ class RepeatedControlConfig:
 # 3,200 steps: iid 1.30 (2 runs); d_model 64, 3,200 steps: iid 1.13, bimodal 1.11 (2 runs, 2.5x the time);
 # d_model 64, batch 32, 2,400 steps: iid 1.48, bimodal 1.85; chosen: d_model 32, batch 32, lr 2e-3, 3,200 steps:
 # iid 1.23, bimodal 1.61, sparse 1.43, near-deterministic 1.11, reward_x2 134 (out of range, see the docstring).
+# The run count (3) was not re-screened for the per-run intervals of the declared claims (no time on two shared
+# cores); the judged run's n_needed, where a family is INCONCLUSIVE, says how many runs would decide it.
 QUICK = RepeatedControlConfig(
     actor=TrainConfig(model=ModelConfig(d_model=32, num_layers=2), num_steps=3_200, warmup=100, batch_size=32,
                       lr=2e-3),

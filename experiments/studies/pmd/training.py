@@ -185,8 +185,11 @@ def critic_outputs(tcfg: train.TrainConfig, params, x, pi_new: np.ndarray, seed:
                                        pmd_step(pi, Q, eta), tcfg.samples_per_pair, target_samples)
         return jax.vmap(one)(keys, flat.mdp, flat.pi, flat.Q, flat.eta, new)
 
-    out = jax.vmap(run)(params, new)
-    return {k: np.asarray(v, np.float64).reshape((runs,) + batch + v.shape[-2:]) for k, v in out.items()}
+    # one compiled call per critic run: vmapping the runs too holds every run's activations at once (the quick screen
+    # with 4 critics was killed for memory at 9 GB)
+    out = [run(jax.tree.map(lambda a, c=c: a[c], params), new[c]) for c in range(runs)]
+    return {k: np.stack([np.asarray(o[k], np.float64) for o in out]).reshape((runs,) + batch + out[0][k].shape[-2:])
+            for k in out[0]}
 
 
 @dataclasses.dataclass(frozen=True)
