@@ -1,6 +1,6 @@
-"""``pmd.stress`` and ``pmd.audit``: their summaries on hand-made arrays, the reuse of kept models
-(``training.reuse_or_train``), the run order that puts them after the studies that keep those models, and config
-errors."""
+"""``pmd.stress`` and ``pmd.audit`` (their summaries: ``test_study_pmd_stress.py``, ``test_study_pmd_audit.py``):
+the reuse of kept models (``training.reuse_or_train``), the run order that puts them after the studies that keep
+those models, and config errors."""
 import dataclasses
 
 import jax
@@ -17,73 +17,6 @@ from pmd_jax.transformer import ModelConfig
 
 TINY = TrainConfig(model=ModelConfig(d_model=8, num_layers=1, num_heads=2), num_steps=4, warmup=0, batch_size=4,
                    n_train_mdps=8)
-
-
-def _stress_arrays(cfg, rng):
-    C, N = len(cfg.conditions), 8
-    row = rng.uniform(0.0, 0.1, (3, C, N, 4))
-    critic = {k: rng.uniform(0.0, 0.2, (2, C, N, 4, 3)) for k in stress.SCORINGS}
-    return {"row_l1": row, "critic": critic, "origin": {"actor": "trained here", "critic": "loaded from x"}}
-
-
-def test_stress_summary_against_numpy():
-    cfg = stress.QUICK
-    arrays = _stress_arrays(cfg, np.random.default_rng(0))
-    i = cfg.conditions.index("low_entropy")
-    arrays["row_l1"][1, i, 3, 2] = 1.9  # one large error in one run
-    s = stress.summarize(cfg, arrays)
-    m = s.metrics
-    row = arrays["row_l1"]
-    assert m["row_l1_mean_iid"] == pytest.approx(np.median(row[:, 0].mean(axis=(1, 2))))
-    assert m["row_l1_max_low_entropy"] == pytest.approx(np.median(row[:, i].max(axis=(1, 2))))
-    td = arrays["critic"]["sampled_ideal"][:, cfg.conditions.index("reward_x2")]
-    assert m["td_mean_ideal_scoring_reward_x2"] == pytest.approx(np.median(td.mean(axis=(1, 2, 3))))
-    assert m["td_max_exact_iid"] == pytest.approx(np.median(arrays["critic"]["exact_returned"][:, 0].max(axis=(1, 2, 3))))
-    gap = abs(m["td_mean_ideal_scoring_iid"] - m["td_mean_iid"]) / m["td_mean_iid"]
-    assert m["td_scoring_relative_gap_iid"] == pytest.approx(gap)
-    names = {c.name: c for c in s.checks}
-    # the median run has no large error: the max/mean ratio stays small and the check fails
-    assert not names["low-entropy errors are not uniformly small (max row-L1 > 10 x mean)"].passed
-    arrays["row_l1"][:, i, 3, 2] = 1.9
-    assert stress.summarize(cfg, arrays).checks[0].passed
-    assert s.tables["models"]["origin"] == ["trained here", "loaded from x"]
-
-
-def _audit_arrays(cfg, rng, N=40):
-    C = len(cfg.conditions)
-    gi = rng.uniform(0.2, 1.0, (3, C, N))
-    err = rng.uniform(0.0, 2.0, (3, C, N))
-    return {"gain_ideal": gi, "gain_implemented": gi - 0.1 * err + rng.normal(0, 0.01, (3, C, N)),
-            "max_row_error": err, "row_l1": rng.uniform(0, 0.1, (3, C, N, 4)),
-            "critic_error": rng.uniform(0, 0.3, (2, C, N, 4, 3)), "origin": {"actor": "a", "critic": "b"}}
-
-
-def test_audit_summary_against_numpy():
-    cfg = dataclasses.replace(audit_study.QUICK, n_mdps=5, per_mdp=8)  # 40 inputs: the top 5% is 2 inputs
-    arrays = _audit_arrays(cfg, np.random.default_rng(1))
-    i = cfg.conditions.index("low_entropy")
-    arrays["gain_implemented"][:, i, :5] = -0.3  # 5 of 40 low-entropy inputs lose value
-    s = audit_study.summarize(cfg, arrays)
-    m = s.metrics
-    assert m["negative_share_low_entropy"] == pytest.approx(5 / 40)
-    assert m["negative_count_low_entropy"] == 5.0
-    gi, gm, err = (np.asarray(arrays[k])[:, i] for k in ("gain_ideal", "gain_implemented", "max_row_error"))
-    top = [np.argsort(-e)[:2] for e in err]
-    assert m["top5_gain_over_pmd_low_entropy"] == pytest.approx(np.median([(gm[r] - gi[r])[t].mean() for r, t in enumerate(top)]))
-
-    def spearman(a, b):  # no ties: the Pearson correlation of the ranks
-        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-        return np.corrcoef(ra, rb)[0, 1]
-
-    assert m["spearman_row_error_shortfall_low_entropy"] == pytest.approx(
-        np.median([spearman(err[r], gi[r] - gm[r]) for r in range(3)]), rel=1e-12)
-    crit = arrays["critic_error"][:, 0].mean(axis=(2, 3))
-    assert m["critic_error_per_input_max_iid"] == pytest.approx(np.median(crit.max(1)))
-    names = {c.name: c.passed for c in s.checks}
-    # shortfall = 0.1 x row error: strongly rank-correlated, and the largest errors lose the most
-    assert not names["largest row error and value shortfall weakly rank-correlated (low entropy)"]
-    assert not names["the 5% largest row errors gain more than PMD (low entropy)"]
-    assert names["low entropy loses value more often than iid"]
 
 
 def _ctx(tmp_path, study="pmd.stress"):
