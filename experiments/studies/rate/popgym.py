@@ -164,6 +164,11 @@ class PopgymStudyConfig:
 # mean +0.06 ([0.042, 0.077] against 0.05, INCONCLUSIVE): on CountRecall RATE without its memory
 # still beats DT by about the margin (RATE's noise arm -0.76 against DT's -0.88), so most of RATE's
 # lead there is not memory carried across segments; its memory adds +0.15 over its noise arm.
+# Judged seeds (stream 0, 5 seeds, once): RepeatPrevious +0.066 [0.057, 0.075] PASS (control -0.000
+# [-0.008, 0.007], FAIL); CountRecall +0.25 [0.16, 0.35] PASS (control +0.087 [0.029, 0.15],
+# INCONCLUSIVE); mean +0.16 [0.11, 0.21] PASS (control +0.043 [0.015, 0.072], INCONCLUSIVE).
+# 885 s wall under a load of ~22 on the shared machine; quick_s 150 is scaled from the old 110 s
+# at 2 seeds, not measured on idle cores.
 QUICK = PopgymStudyConfig(
     tasks=("repeat_previous", "count_recall"), level="easy",
     base=rate_jax.ModelConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=0, num_mem_tokens=3, mem_len=0,
@@ -300,5 +305,5 @@ STUDY = register(Study(
     summary="RATE vs DT/RMT/TrXL on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
     config_type=PopgymStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(*CLAIMS.values(), MEAN_CLAIM),
-    quick_s=110,
+    quick_s=150,
 ))
