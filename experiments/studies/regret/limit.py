@@ -62,8 +62,7 @@ import numpy as np
 import regret_jax as rj
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.regret.stationarity import block_roots
-from experiments.studies.regret.stein import _at, block_means
+from experiments.blocks import block_means, block_roots, interpolate_at
 from regret_jax.limit import LIMIT_CHUNK, LIMIT_NODES, centred_moments, limit_keys, limit_moments, limit_sample
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -182,7 +181,7 @@ def limit_cell(config: LimitConfig, d: int, ctx: RunContext) -> dict[str, np.nda
     out = limit_moments(g, dg, mass, kappas)
     k, B = float(out["kappa_star"]), config.num_blocks
     out["block_kappa"] = block_roots(dg, kappas, k, B)
-    out["block_G"] = block_means(_at(np.asarray(g, np.float64), kappas, k), B)
+    out["block_G"] = block_means(interpolate_at(np.asarray(g, np.float64), kappas, k), B)
     return out
 
 

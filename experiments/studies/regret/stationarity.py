@@ -67,7 +67,7 @@ import numpy as np
 import regret_jax as rj
 from regret_jax.stationarity import swap_block_gradients
 from experiments import checks, io, seeds
-from experiments.studies.regret.stein import _at, block_means
+from experiments.blocks import block_means, block_roots
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -171,21 +171,6 @@ def scan_cell(config: ScanConfig, d: int, T: int, ctx: RunContext) -> dict[str, 
     centred = 2 * (np.asarray(R, np.float64) - np.sqrt(T) * rj.mu_d(d)) * np.asarray(dR, np.float64)
     out["block_eta"] = block_roots(centred, etas, float(out["eta_star"]), config.num_blocks)
     return out
-
-
-def block_roots(samples: np.ndarray, grid: np.ndarray, root: float, num_blocks: int) -> np.ndarray:
-    """The root of a derivative per disjoint block of its per-sequence samples [N, E] on ``grid`` [E], linearised at
-    the root of all sequences: root - f_b(root) / f'(root) [num_blocks].
-
-    f_b is the block mean of the samples read at ``root`` by per-sequence interpolation; f'(root) is the slope of
-    the mean of all samples between the grid points around ``root``. For the ray's F' the samples are the centred
-    2 (R - sqrt(T) mu_d) R' (same mean as 2 R R' since E[R'] = 0, docs/regret.md §4.4, and 4.5-10x lower sd).
-    """
-    samples, grid = np.asarray(samples, np.float64), np.asarray(grid, np.float64)
-    i = int(np.clip(np.searchsorted(grid, root) - 1, 0, len(grid) - 2))
-    mean = samples.mean(axis=0)
-    slope = (mean[i + 1] - mean[i]) / (grid[i + 1] - grid[i])
-    return root - block_means(_at(samples, grid, root), num_blocks) / slope
 
 
 def structure_checks(config: ScanConfig, eta_star: float, eta_star_se: float) -> tuple[dict[str, float], dict]:

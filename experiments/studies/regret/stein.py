@@ -50,6 +50,7 @@ import numpy as np
 import regret_jax as rj
 from regret_jax.stein import stein_sample
 from experiments import checks, io, seeds
+from experiments.blocks import block_means, interpolate_at
 from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
@@ -132,26 +133,13 @@ def _mean_se(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.mean(x, axis=0), np.std(x, axis=0, ddof=1) / np.sqrt(x.shape[0])
 
 
-def _at(x: np.ndarray, etas: np.ndarray, eta: float) -> np.ndarray:
-    """Each sequence's sample [N, E] linearly interpolated at ``eta`` between its two grid neighbours -> [N]."""
-    i = int(np.clip(np.searchsorted(etas, eta) - 1, 0, len(etas) - 2))
-    w = (eta - etas[i]) / (etas[i + 1] - etas[i])
-    return (1 - w) * x[:, i] + w * x[:, i + 1]
-
-
-def block_means(x: np.ndarray, num_blocks: int) -> np.ndarray:
-    """Means of ``x`` [N] over ``num_blocks`` disjoint contiguous blocks (the remainder N mod num_blocks is left out)."""
-    n = x.shape[0] // num_blocks
-    return x[: n * num_blocks].reshape(num_blocks, n).mean(axis=1)
-
-
 def cell_moments(samples: dict, etas, centre: float, num_blocks: int) -> dict[str, np.ndarray]:
     """Per-eta moments (:data:`PER_ETA`), root quantities (:data:`PER_CELL`) and per-block claim values
     (``block_<name>``, :data:`PER_BLOCK`) of one cell's samples [N, E].
 
     The pathwise F' sample is centred, 2 (R - ``centre``) R' with centre = sqrt(T) mu_d = E[R] (same mean). The root
     eta* is :func:`regret_jax.find_root` of the pathwise F' on the grid without eta = 0 (``eta_star_stein``: of the
-    Stein F'); F'', the variance ratios and T1, T2 at eta* are read from the per-sequence interpolation :func:`_at`.
+    Stein F'); F'', the variance ratios and T1, T2 at eta* are read from the per-sequence interpolation :func:`experiments.blocks.interpolate_at`.
     ``root_diff_z``: (Stein root - pathwise root) over se(paired difference of the F' samples at eta*) / F''(eta*).
     Per block: the linearised relative root difference -(F'_Stein - F'_path)(eta*) / (eta* F''(eta*)) (eta* and
     F''(eta*) of the whole cell), the same with the Stein F' read at :data:`WRONG_ROOT` eta*, and F'' / T^2 at eta*
@@ -173,22 +161,22 @@ def cell_moments(samples: dict, etas, centre: float, num_blocks: int) -> dict[st
 
     eta_star, out["eta_star_se"] = root(out["dF_path"], out["dF_path_se"])
     out["eta_star"], out["eta_star_stein"] = eta_star, root(out["dF_stein"], out["dF_stein_se"])[0]
-    curv_root = _at(curv, etas, eta_star)
+    curv_root = interpolate_at(curv, etas, eta_star)
     d2F_root, d2F_root_se = _mean_se(curv_root)
-    path_root, stein_root = _at(path, etas, eta_star), _at(stein, etas, eta_star)
+    path_root, stein_root = interpolate_at(path, etas, eta_star), interpolate_at(stein, etas, eta_star)
     pair_se = _mean_se(stein_root - path_root)[1]
     out.update(
         d2F_root=d2F_root, d2F_root_z=d2F_root / d2F_root_se,
         root_diff_z=(out["eta_star_stein"] - eta_star) / (pair_se / d2F_root),
-        var_ratio_root=np.var(stein_root, ddof=1) / np.var(_at(2 * s["R"] * s["dR"], etas, eta_star), ddof=1),
+        var_ratio_root=np.var(stein_root, ddof=1) / np.var(interpolate_at(2 * s["R"] * s["dR"], etas, eta_star), ddof=1),
         var_ratio_centred_root=np.var(stein_root, ddof=1) / np.var(path_root, ddof=1),
-        T1_root=np.mean(_at(s["t1"], etas, eta_star)), T2_root=np.mean(_at(s["t2"], etas, eta_star)),
+        T1_root=np.mean(interpolate_at(s["t1"], etas, eta_star)), T2_root=np.mean(interpolate_at(s["t2"], etas, eta_star)),
     )
 
     def shift(x):  # per-block linearised relative root shift of an F' sample against the pathwise one at eta*
         return -block_means(x - path_root, num_blocks) / (eta_star * d2F_root)
 
-    out.update(block_root_diff=shift(stein_root), block_root_diff_wrong=shift(_at(stein, etas, WRONG_ROOT * eta_star)),
+    out.update(block_root_diff=shift(stein_root), block_root_diff_wrong=shift(interpolate_at(stein, etas, WRONG_ROOT * eta_star)),
                block_d2F_root=block_means(curv_root, num_blocks), block_d2F_kappa_max=block_means(curv[:, -1], num_blocks))
     return {k: np.asarray(v) for k, v in out.items()}
 
