@@ -47,7 +47,9 @@ neither check can be decided at the quick size: on the screening seeds (QUICK co
 sizes check ranged +0.15 to +0.38 per seed, which about 4 seeds would decide (the training-size
 check about as many); 4 seeds double the slowest study of ``make run`` (284 s beside a
 neighbour), so the quick size keeps 2 and both checks are expected INCONCLUSIVE there; the
-full preset (3 seeds) needs about 4.
+full preset (3 seeds) needs about 4. Judged once (stream 0, 2 seeds): training size +0.39
+[0.19, 0.59] (per seed +0.41, +0.38; control -0.06, FAIL) and the sizes +0.43 [0.006, 0.84]
+(control -0.06 [-0.37, 0.25], INCONCLUSIVE): both INCONCLUSIVE, about 3 seeds at that spread.
 """
 from __future__ import annotations
 
