@@ -136,6 +136,13 @@ def make_schedule(config: TrainConfig) -> optax.Schedule:
     return optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, config.warmup_steps, config.num_steps, end_value=0.0)
 
 
+def init_variables(config: TrainConfig, key: jax.Array) -> Any:
+    """The variables ``make_train(config)(key)`` starts from: the model at initialisation (the studies' untrained control)."""
+    in_dim = config.d * config.d if config.model == "multihead" else config.d
+    init_key, _ = jax.random.split(key)
+    return build_model(config).init(init_key, jnp.zeros((config.T, in_dim)))
+
+
 def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
     """Return a pure, jittable ``train(key, horizon=None, lr_scale=None)``; vmap it over keys for seeds.
 
@@ -153,7 +160,6 @@ def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
     model = build_model(config)
     regrets_fn = make_regrets(config, model)
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(make_schedule(config)))
-    in_dim = config.d * config.d if config.model == "multihead" else config.d
 
     def train(key: jax.Array, horizon=None, lr_scale=None) -> TrainOutput:
         if horizon is None:
@@ -175,8 +181,8 @@ def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
                 updates = jax.tree.map(lambda u: lr_scale * u, updates)
             return (optax.apply_updates(variables, updates), opt_state), value
 
-        init_key, data_key = jax.random.split(key)
-        variables = model.init(init_key, jnp.zeros((config.T, in_dim)))
+        variables = init_variables(config, key)
+        data_key = jax.random.split(key)[1]
         opt_state = optimiser.init(variables)
         keys = jax.random.split(data_key, config.num_steps)
         (variables, _), curve = jax.lax.scan(update, (variables, opt_state), keys)

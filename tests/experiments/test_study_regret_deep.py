@@ -5,7 +5,9 @@ import pytest
 
 import regret_jax as rj
 from experiments.registry import RunContext
+from experiments import checks
 from experiments.studies.regret.deep import (
+    FAR_BELOW,
     DeepConfig,
     baseline_regret_curves,
     biased_sequences,
@@ -75,7 +77,12 @@ def test_deep_study_tiny(tmp_path):
     for name in ("1layer", "uniform", "ftrl"):
         assert np.isfinite(m[f"regret_final_{name}"]) and m[f"regret_final_{name}_std"] > 0
     assert [c.name for c in summary.checks] == ["1layer_far_below_uniform"]
-    assert summary.checks[0].value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"])
+    check = summary.checks[0]
+    assert check.value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"]) and check.n == 2
+    # the control, the untrained models on the same sequences, is run and fails the claim (regret like uniform play's)
+    assert arrays["init_final"]["1layer"].shape == (2, 40) and check.control.n == 2
+    assert check.control.value == pytest.approx(m["ratio_1layer_init_mean"]) and check.control.value > 0.5
+    assert check.control.verdict != checks.PASS
     assert m["sq_regret_gauss_uniform"] == pytest.approx(m["sq_regret_gauss_uniform_exact"], rel=0.5)  # 40 sequences only
     assert summary.tables["table"]["learner"] == ["ftrl", "uniform", "1layer"]  # jitted dicts come back sorted
     write(config, arrays, summary, tmp_path)
@@ -93,7 +100,8 @@ def test_deep_summarize_on_synthetic_curves():
     learned = np.stack([np.tile(np.sqrt(t), (10, 1)), np.tile(3 * np.sqrt(t), (10, 1))])  # seeds: Reg(T) = 2 and 6
     arrays = {"regret": {"uniform": uniform, "ftrl": uniform / 2, "2layer": learned}, "mu": np.zeros((10, 3)),
               "final_sq_gauss": {"uniform": np.full(10, 4.0), "ftrl": np.full(10, 2.0), "2layer": np.full((2, 10), 1.0)},
-              "root": {"eta_star": np.asarray(0.5), "se": np.asarray(0.01)}, "curves": {"2layer": {"loss": np.ones((2, 7))}}}
+              "root": {"eta_star": np.asarray(0.5), "se": np.asarray(0.01)}, "curves": {"2layer": {"loss": np.ones((2, 7))}},
+              "init_final": {"2layer": np.full((2, 10), 8.0)}}
     summary = summarize(config, arrays)
     m = summary.metrics
     assert m["regret_final_2layer"] == pytest.approx(4.0) and m["regret_final_uniform"] == pytest.approx(8.0)
@@ -101,7 +109,15 @@ def test_deep_summarize_on_synthetic_curves():
     assert m["normalized_regret_uniform"] == pytest.approx(2.0) and m["sq_regret_gauss_ftrl"] == 2.0
     assert m["kappa_star"] == pytest.approx(1.0) and m["uniform_linear_reference"] == 0.0
     check = summary.checks[0]
-    assert check.name == "2layer_far_below_uniform" and check.value == pytest.approx(0.5) and not check.passed  # 0.5 is not < 0.5
+    assert check.name == "2layer_far_below_uniform" and check.value == pytest.approx(0.5)  # seeds 0.25 and 0.75
+    assert check.verdict == checks.INCONCLUSIVE and check.control.verdict == checks.FAIL  # untrained: ratio 1
+
+
+def test_deep_claim_passes_only_with_a_failing_control():
+    ratios = np.array([0.30, 0.33, 0.28, 0.35])
+    assert FAR_BELOW.judge(ratios, control=np.array([1.02, 0.97, 1.05, 0.99]), key=2).verdict == checks.PASS
+    assert FAR_BELOW.judge(ratios, control=ratios + 0.01, key=2).verdict == checks.NO_POWER  # an untrained model as good
+    assert FAR_BELOW.judge(ratios + 0.4, control=np.ones(4), key=2).verdict == checks.FAIL
 
 
 @pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale"),

@@ -1,10 +1,25 @@
 """regret.swap: a tiny run (compute, summarize, write), the horizon read-out and the checks on synthetic gap curves."""
+import jax
 import numpy as np
 import pytest
 
 import regret_jax as rj
+from experiments import checks
 from experiments.registry import RunContext
-from experiments.studies.regret.swap import CALIBRATIONS, SwapConfig, compute, head_table, horizon_metrics, step_grid, summarize, write
+from experiments.studies.regret.swap import (
+    CALIBRATIONS,
+    CE_FAR,
+    QUICK,
+    SWAP_FAR,
+    SwapConfig,
+    compute,
+    head_table,
+    horizon_metrics,
+    seed_worst,
+    step_grid,
+    summarize,
+    write,
+)
 
 TINY = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=3, batch_size=8, num_steps=10), horizons=(1, 2), num_seeds=2,
                   num_etas=4, scan_sequences=1000)
@@ -17,6 +32,7 @@ def test_swap_study_tiny(tmp_path):
     E = TINY.num_etas + len(TINY.horizons)
     assert arrays["curves"]["multihead"]["loss"].shape == (2, 10)
     assert arrays["gaps"]["learned"]["gap_ce"].shape == (3, 2, 6) and arrays["gaps"]["bm"]["gap_swap"].shape == (E, 6)
+    assert arrays["gaps"]["init"]["gap_swap"].shape == (3, 2, 6)
     assert arrays["gaps"]["uniform"]["gap_ce"].shape == (6,) and arrays["etas"].shape == (E,)
     assert arrays["nonconverged"]["learned"].shape == (3, 2) and arrays["nonconverged"]["bm"].shape == (E,)
     assert {k: v.shape for k, v in arrays["heads"].items()} == {"eta": (2, 3), "offray": (2, 3), "offdiag": (2, 3)}
@@ -25,6 +41,7 @@ def test_swap_study_tiny(tmp_path):
     assert m["gap_ce_uniform_t6"] == pytest.approx(2 / 9, abs=1e-6) and m["gap_swap_uniform_t3"] == pytest.approx(1 / 3, abs=1e-6)
     assert m["nonconverged_fraction_learned"] == 0 and m["nonconverged_fraction_bm"] == 0
     assert [c.name for c in summary.checks] == CHECKS and summary.checks[-1].passed
+    assert [c.n for c in summary.checks] == [2, 2, 2, 2, 1] and all(c.control.n == 2 for c in summary.checks[:4])
     assert summary.tables["table"]["H"] == [3, 6] and summary.tables["heads"]["seed"] == [0, 0, 0, 1, 1, 1]
     write(TINY, arrays, summary, tmp_path)
     saved = np.load(tmp_path / "gap_curves.npz")
@@ -43,8 +60,9 @@ def _curves(final, T):
     return np.repeat(final[..., None], T, axis=-1)
 
 
-def _arrays(config, learned_ce, bm_ce, nonconverged=0):
-    """``learned_ce`` [C, S] final CE gaps, ``bm_ce`` [E] final BM CE gaps; gap_swap = 1.2 gap_ce."""
+def _arrays(config, learned_ce, bm_ce, nonconverged=0, init_ce=None):
+    """``learned_ce`` / ``init_ce`` (default 0.2 everywhere) [C, S] final CE gaps of the trained and untrained heads,
+    ``bm_ce`` [E] final BM CE gaps; gap_swap = 1.2 gap_ce."""
     T = config.T
     uniform = {"gap_ce": np.full(T, 2 / 9), "gap_swap": np.full(T, 1 / 3), "gap_cce": np.full(T, 1 / 3)}
 
@@ -53,7 +71,9 @@ def _arrays(config, learned_ce, bm_ce, nonconverged=0):
         return {"gap_ce": ce, "gap_swap": 1.2 * ce, "gap_cce": ce}
 
     E = len(bm_ce)
-    return {"gaps": {"uniform": uniform, "bm": run(bm_ce), "ftrl": run(np.full(E, 0.1)), "learned": run(learned_ce)},
+    init_ce = np.full(np.shape(learned_ce), 0.2) if init_ce is None else init_ce
+    return {"gaps": {"uniform": uniform, "bm": run(bm_ce), "ftrl": run(np.full(E, 0.1)), "learned": run(learned_ce),
+                     "init": run(init_ce)},
             "etas": np.geomspace(0.1, 1.0, E), "root": {"eta_star": np.asarray(0.4), "se": np.asarray(0.01)},
             "nonconverged": {"learned": np.full(np.shape(learned_ce), nonconverged), "bm": np.zeros(E)},
             "heads": {"eta": np.array([[0.2, 0.4, 0.3], [0.3, 0.3, 0.3]]), "offray": np.full((2, 3), 0.1),
@@ -77,14 +97,36 @@ def test_horizon_metrics_pick_the_best_bm_step_per_horizon():
 
 
 def test_swap_checks_pass_and_fail_on_synthetic_gaps():
-    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=2)
-    good = summarize(config, _arrays(config, [[0.02, 0.04], [0.05, 0.05], [0.1, 0.1]], [0.2, 0.02, 0.05]))
-    assert [c.passed for c in good.checks] == [True] * 5
-    assert good.checks[2].value == pytest.approx(0.03 / 0.02)
-    bad = summarize(config, _arrays(config, [[0.2, 0.2], [0.1, 0.1], [0.1, 0.1]], [0.2, 0.02, 0.05], nonconverged=1))
-    assert [c.passed for c in bad.checks] == [False] * 5
+    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=4)
+    learned = [[0.02, 0.03, 0.02, 0.03], [0.05] * 4, [0.1] * 4]  # c_d = d, sqrt(d), 1 per seed
+    good = summarize(config, _arrays(config, learned, [0.2, 0.02, 0.05]))
+    assert [c.verdict for c in good.checks] == [checks.PASS] * 5
+    assert good.checks[2].value == pytest.approx(0.025 / 0.02)
+    # the controls: untrained heads (0.2: 0.9 of uniform's CE gap, calibration ratio 1) and the uncalibrated heads
+    # (5x BM's gap) fail their claims
+    assert [c.control.verdict for c in good.checks[:4]] == [checks.FAIL] * 4
+    assert good.checks[2].control.value == pytest.approx(5.0)
+    bad = summarize(config, _arrays(config, [[0.2] * 4, [0.1] * 4, [0.1] * 4], [0.2, 0.02, 0.05], nonconverged=1))
+    assert [c.verdict for c in bad.checks] == [checks.FAIL] * 5
     assert bad.metrics["nonconverged_fraction_learned"] == pytest.approx(1 / (2 * config.T))
+    powerless = summarize(config, _arrays(config, learned, [0.2, 0.02, 0.05], init_ce=learned))  # untrained as good
+    assert [c.verdict for c in powerless.checks] == [checks.NO_POWER] * 2 + [checks.PASS, checks.NO_POWER, checks.PASS]
     assert len(CALIBRATIONS) == 3
+
+
+def test_untrained_heads_fail_the_far_below_uniform_claims():
+    """The control on real self-play: QUICK's heads at initialisation (4 seeds, c_d = d), horizons T and 2T."""
+    config = SwapConfig(QUICK.train, horizons=(1, 2), num_seeds=4)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(3), 4))
+    heads = jax.vmap(lambda k: rj.init_variables(config.train, jax.random.wrap_key_data(k)))(keys)["params"]["heads"]
+    game = rj.zero_sum_game(rj.WEIGHTED_RPS)
+    learner = lambda h: rj.swap_learner(h, float(config.train.d))  # noqa: E731
+    play = jax.jit(jax.vmap(lambda h: rj.self_play(learner(h), learner(h), game, config.T)))(heads)
+    uniform = jax.jit(lambda: rj.self_play(rj.uniform_learner(3), rj.uniform_learner(3), game, config.T))()
+    arrays = {"gaps": {"init": {g: np.asarray(getattr(play, g))[None] for g in ("gap_ce", "gap_swap")},
+                       "uniform": {g: np.asarray(getattr(uniform, g)) for g in ("gap_ce", "gap_swap")}}}
+    for claim, gap in ((CE_FAR, "gap_ce"), (SWAP_FAR, "gap_swap")):
+        assert claim.judge(seed_worst(config, arrays, "init", gap)).verdict != checks.PASS
 
 
 @pytest.mark.parametrize("field, kwargs", [

@@ -20,25 +20,35 @@ Comparators, like for like (same game, same horizon H, same gap):
   step that is best at the training horizon, and entropic FTRL tuned on the same grid.
 * uniform play (gap_CE = 2/9, gap_swap = 1/3 at every t: tested, not checked).
 
-No number of the paper survived (docs/regret.md §12), so ``PAPER`` is empty. The checks
-("worst" = the largest value over the horizons; learned = mean over seeds at c_d = d), and
-how each could fail:
+No number of the paper survived (docs/regret.md §12), so ``PAPER`` is empty. The interval
+checks are declared claims judged per seed (a 95% t interval over the trained seeds; "worst" =
+the seed's largest value over the horizons; learned = that seed's heads at c_d = d). Their
+controls are played in the same program: the same seed's heads at initialisation (``init``,
+untrained) and the same trained heads uncalibrated (c_d = 1, i.e. every head's step d times too
+small). The checks, and how each could fail:
 
 * ``learned_ce_far_below_uniform`` (worst gap_CE / uniform < 0.5): the paper's "% reduction"
   of the CE gap from uniform play at every horizon; heads that learned no Hedge-like rule,
-  or whose step is wrong for horizons beyond training, stay near uniform.
+  or whose step is wrong for horizons beyond training, stay near uniform. Control: the
+  untrained heads (c_d = d).
 * ``learned_swap_far_below_uniform`` (worst gap_swap / uniform < 0.5): the same for the
-  stronger full-swap gap.
-* ``learned_ce_within_2x_tuned_bm`` (worst gap_CE / best-step BM gap_CE <= 2): the learned
+  stronger full-swap gap. Control: the untrained heads.
+* ``learned_ce_within_2x_tuned_bm`` (worst gap_CE / best-step BM gap_CE < 2): the learned
   heads are comparable to the classical Blum-Mansour algorithm they are meant to recover
   (Theorem 2); fails when the learned step or rule is worse than BM's best step by more
-  than a factor 2 at some horizon. On the screening seeds it failed at 8T (ratio 3.5) with a
-  constant-rate budget and passes (1.8) with the cosine schedule of ``QUICK``: the learned step
-  is fixed by training at T, while BM's best step grows with H.
+  than a factor 2 at some horizon. Control: the same heads uncalibrated (a mistuned step).
+  **This headline rests on the guessed calibration c_d = d** (docs/regret.md §10.6: the paper
+  gives no factor): uncalibrated, the ratio is about 3.6 (the control), so a pass says that
+  the heads are within 2x of BM *given* c_d = d, not that training found the calibration.
+  BM's step is tuned per horizon on the game itself (an oracle the learned heads do not
+  get). On the screening seeds it failed at 8T (ratio 3.5) with a constant-rate budget and
+  came to 1.8 with the cosine schedule of ``QUICK``: the learned step is fixed by training at
+  T, while BM's best step grows with H.
 * ``calibration_lowers_ce_gap`` (worst gap_CE(c_d = d) / gap_CE(c_d = 1) < 1): the
   calibration corrects the x_t[j] scaling of the evaluation blocks; fails if the
-  uncalibrated heads do as well at some horizon.
-* ``fixed_points_converged`` (fraction == 0): every played x_t of every learned and BM
+  uncalibrated heads do as well at some horizon. Control: the same ratio for the untrained
+  heads, whose play calibration cannot improve.
+* ``fixed_points_converged`` (exact, fraction == 0): every played x_t of every learned and BM
   run is a converged fixed point (``SwapState.nonconverged``); a slowly mixing or
   near-periodic learned Q fails it.
 
@@ -63,8 +73,28 @@ from experiments.registry import RunContext, Study, Summary, register
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
 
-FAR_BELOW = 0.5  # "far below uniform": at most half the uniform gap
-WITHIN_BM = 2.0  # "comparable to Blum-Mansour": within a factor 2 of its best step (fixed before screening)
+UNTRAINED = "the same seed's heads at initialisation (untrained), c_d = d"
+CE_FAR = checks.Claim(
+    "learned_ce_far_below_uniform", "the swap-trained d-head fixed-point model (c_d = d) cuts uniform play's CE gap "
+    "by more than half at every horizon: worst gap_CE / uniform", "<", 0.5, control=UNTRAINED,
+    fails_if="the heads learned no Hedge-like rule, or their step is wrong beyond the training horizon")
+SWAP_FAR = checks.Claim(
+    "learned_swap_far_below_uniform", "... and its full-swap gap: worst gap_swap / uniform", "<", 0.5,
+    control=UNTRAINED, fails_if="as above, for the stronger full-swap gap")
+WITHIN_BM = checks.Claim(  # the factor 2 was fixed before screening
+    "learned_ce_within_2x_tuned_bm", "the learned heads' CE gap is within 2x of Blum-Mansour-Hedge at its best step "
+    "(tuned per horizon on the game), at every horizon, given the guessed calibration c_d = d: worst learned / BM "
+    "gap_CE", "<", 2.0, control="the same trained heads uncalibrated (c_d = 1: each head's step d times too small)",
+    fails_if="the learned step or rule is worse than BM's best step by more than 2x at some horizon")
+CALIBRATION = checks.Claim(
+    "calibration_lowers_ce_gap", "the dimension-only calibration c_d = d lowers the learned model's CE gap at every "
+    "horizon: worst gap_CE(c_d = d) / gap_CE(c_d = 1)", "<", 1.0,
+    control="the same ratio for the seed's untrained heads",
+    fails_if="the uncalibrated heads do as well at some horizon")
+CONVERGED = checks.Claim(
+    "fixed_points_converged", "every played fixed point x_t = FixedPoint(Q_t) of the learned and BM runs converged "
+    "(fraction not converged)", "==", 0.0, exact=True, fails_if="a slowly mixing or near-periodic Q")
+CLAIMS = (CE_FAR, SWAP_FAR, WITHIN_BM, CALIBRATION, CONVERGED)
 GAPS = ("gap_ce", "gap_swap", "gap_cce")
 CALIBRATIONS = ("d", "sqrtd", "uncalibrated")  # c_d = d, sqrt(d), 1
 MODEL = "multihead"  # the curves' model name
@@ -117,8 +147,13 @@ class SwapConfig:
 #   warmup (60) + cosine from 2e-2: 600 steps 2.05 (1.89 1.18 2.05); 1200 steps 1.77 (1.77 1.05 1.61),
 #   learned gap_CE 0.053 / 0.025 / 0.0098, final loss 162.6 (a prototype with train.T = 50 was worse).
 # Chosen: 1200 cosine steps (the noisy constant-rate end left the heads off Blum-Mansour at 8T).
+# Per-seed checks, screened with this config at 6 seeds (seed_keys(6, 1)): CE / swap gap to uniform 0.251 [0.222,
+# 0.279] / 0.204 [0.150, 0.257] (untrained control 3.0 / 2.5: random heads at c_d = d play worse than uniform);
+# within 2x of BM 1.979 [1.700, 2.259] (control uncalibrated 4.36 [3.43, 5.29]): on the margin, about 600 seeds
+# would decide it, so it stays INCONCLUSIVE at any CPU size; calibration 0.813 [0.547, 1.079] (about 8 seeds
+# needed). Chosen: 12 seeds (vmapped; 6 seeds took 24-29 CPU seconds for the whole study on 2 shared cores).
 QUICK = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=25, batch_size=128, num_steps=1200, learning_rate=2e-2,
-                                  schedule="warmup_cosine", warmup_steps=60))
+                                  schedule="warmup_cosine", warmup_steps=60), num_seeds=12)
 FULL = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=50, batch_size=512, num_steps=4000, learning_rate=1e-2),
                   horizons=(1, 2, 8, 20), scan_sequences=40_000)
 
@@ -139,11 +174,13 @@ def _nonconverged(play: rj.SelfPlay) -> jax.Array:
 
 
 def compute(config: SwapConfig, ctx: RunContext) -> dict:
-    """Self-play gap curves [T] (uniform), [E, T] (BM and FTRL per step), [C, S, T] (learned per calibration, seed).
+    """Self-play gap curves [T] (uniform), [E, T] (BM and FTRL per step), [C, S, T] (learned and init, the untrained
+    heads, per calibration, seed).
 
     ``{"gaps": {run: {gap_ce, gap_swap, gap_cce}}, "etas": [E], "nonconverged": {"learned": [C, S], "bm": [E]},
     "heads": {eta, offray, offdiag} [S, d] (``param_match.swap_head_match``),
-    "root": {eta_star, se}, "curves": {"multihead": {"loss"}}}``; runs ``uniform``, ``bm``, ``ftrl``, ``learned``.
+    "root": {eta_star, se}, "curves": {"multihead": {"loss"}}}``; runs ``uniform``, ``bm``, ``ftrl``, ``learned``,
+    ``init``.
     """
     tc, d, T = config.train, config.train.d, config.T
     res = seeds.train_over_seeds(ctx, "train", rj.make_train(tc), config.num_seeds, stream=config.stream,
@@ -163,9 +200,13 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
 
     bm_runs = jax.jit(jax.vmap(bm))(jnp.asarray(etas, jnp.float32))
     ftrl_runs = jax.jit(jax.vmap(lambda e: play(rj.attention_learner(rj.ftrl_params(d, e)))))(jnp.asarray(etas, jnp.float32))
-    learned_runs = jax.jit(jax.vmap(jax.vmap(learned, in_axes=(0, None)), in_axes=(None, 0)))(
-        res.variables["params"]["heads"], jnp.asarray(config.calibrations(), jnp.float32))
-    runs = {"uniform": jax.jit(play)(rj.uniform_learner(d)), "bm": bm_runs, "ftrl": ftrl_runs, "learned": learned_runs}
+    calibrated = jax.jit(jax.vmap(jax.vmap(learned, in_axes=(0, None)), in_axes=(None, 0)))
+    cs = jnp.asarray(config.calibrations(), jnp.float32)
+    learned_runs = calibrated(res.variables["params"]["heads"], cs)
+    init = jax.vmap(lambda k: rj.init_variables(tc, jax.random.wrap_key_data(k)))(
+        jnp.asarray(seeds.seed_keys(config.num_seeds, config.stream)))
+    runs = {"uniform": jax.jit(play)(rj.uniform_learner(d)), "bm": bm_runs, "ftrl": ftrl_runs, "learned": learned_runs,
+            "init": calibrated(init["params"]["heads"], cs)}
     heads = jax.jit(jax.vmap(param_match.swap_head_match))(res.variables["params"]["heads"])
     return {
         "heads": jax.tree.map(np.asarray, heads),
@@ -204,6 +245,15 @@ def horizon_metrics(config: SwapConfig, arrays: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def seed_worst(config: SwapConfig, arrays: dict, run: str, gap: str, calibration: int = 0, over=None) -> np.ndarray:
+    """Per seed, the largest over the horizons H of ``run``'s ``gap`` at t = H (calibration index ``calibration``),
+    divided by ``over`` [H] (default: uniform play's gap): [S]."""
+    t = np.asarray(config.horizon_rounds()) - 1
+    g = np.asarray(arrays["gaps"][run][gap], np.float64)[calibration][:, t]  # [S, H]
+    den = np.asarray(arrays["gaps"]["uniform"][gap], np.float64)[t] if over is None else over
+    return (g / den).max(axis=1)
+
+
 def summarize(config: SwapConfig, arrays: dict) -> Summary:
     """Gaps at every horizon (learned: mean over seeds), the tuned comparators, and the five checks."""
     h = horizon_metrics(config, arrays)
@@ -215,18 +265,18 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
     metrics["eta_star"] = float(arrays["root"]["eta_star"])
     metrics["kappa_star"] = metrics["eta_star"] * float(np.sqrt(config.train.T))
     metrics["final_train_loss"] = float(np.mean(np.asarray(arrays["curves"][MODEL]["loss"])[:, -50:]))
-    horizons = ", ".join(str(int(x)) for x in h["H"])
+    uncal = CALIBRATIONS.index("uncalibrated")
+    t = np.asarray(config.horizon_rounds()) - 1
+    bm = h["gap_ce_bm_tuned"]
+    uncal_ce = {run: np.asarray(arrays["gaps"][run]["gap_ce"], np.float64)[uncal][:, t] for run in ("learned", "init")}
     found = [
-        checks.below("learned_ce_far_below_uniform", float(np.max(h["gap_ce_learned"] / h["gap_ce_uniform"])), FAR_BELOW,
-                     claim=f"the swap-trained d-head fixed-point model (c_d = d) cuts uniform play's CE gap by more than half at t = {horizons}"),
-        checks.below("learned_swap_far_below_uniform", float(np.max(h["gap_swap_learned"] / h["gap_swap_uniform"])), FAR_BELOW,
-                     claim=f"... and its full-swap gap at t = {horizons}"),
-        checks.at_most("learned_ce_within_2x_tuned_bm", float(np.max(h["ratio_learned_to_tuned_bm"])), WITHIN_BM,
-                       claim=f"the learned heads' CE gap is within 2x of Blum-Mansour-Hedge at its best step, at t = {horizons}"),
-        checks.below("calibration_lowers_ce_gap", float(np.max(h["gap_ce_learned"] / h["gap_ce_learned_uncalibrated"])), 1.0,
-                     claim="the dimension-only calibration c_d = d lowers the learned model's CE gap at every horizon"),
-        checks.equals("fixed_points_converged", metrics["nonconverged_fraction_learned"] + metrics["nonconverged_fraction_bm"], 0,
-                      claim="every played fixed point x_t = FixedPoint(Q_t) converged"),
+        CE_FAR.judge(seed_worst(config, arrays, "learned", "gap_ce"), control=seed_worst(config, arrays, "init", "gap_ce")),
+        SWAP_FAR.judge(seed_worst(config, arrays, "learned", "gap_swap"), control=seed_worst(config, arrays, "init", "gap_swap")),
+        WITHIN_BM.judge(seed_worst(config, arrays, "learned", "gap_ce", over=bm),
+                        control=seed_worst(config, arrays, "learned", "gap_ce", uncal, over=bm)),
+        CALIBRATION.judge(seed_worst(config, arrays, "learned", "gap_ce", over=uncal_ce["learned"]),
+                          control=seed_worst(config, arrays, "init", "gap_ce", over=uncal_ce["init"])),
+        CONVERGED.judge(metrics["nonconverged_fraction_learned"] + metrics["nonconverged_fraction_bm"]),
     ]
     table = {"H": h["H"].tolist(), **{k: v.tolist() for k, v in h.items() if k != "H"}}
     heads = head_table(config, arrays)
@@ -263,5 +313,5 @@ STUDY = register(Study(
     name="regret.swap",
     summary="Sec. 4.1: swap-loss-trained d-head fixed-point attention vs best-step Blum-Mansour, CE and swap gaps over horizons",
     config_type=SwapConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="num_seeds",
+    paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,
 ))
