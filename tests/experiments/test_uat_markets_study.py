@@ -15,7 +15,7 @@ from uat_jax import markets_data
 TINY_SETS = ['size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horizon": 8, "batch_size": 2, '
              '"epochs": 2, "eval_episodes": 1, "d_u": 4}',
              "synthetic_days=240"]
-TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "1"]
+TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "2"]
 
 
 def _csv(path):
@@ -25,9 +25,9 @@ def _csv(path):
 
 def test_presets():
     assert study.FULL.size == study.markets.TABLE3 and study.FULL.seeds == 3 and study.FULL.lr == 2e-3
-    assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL)
+    assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL, study.NULL_VT)
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
-    assert study.QUICK.runs == ("uat", "vt", study.NULL)
+    assert study.QUICK.runs == ("uat", "vt", study.NULL, study.NULL_VT)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -46,11 +46,15 @@ def test_config_rejects_bad_values(field, value, message):
         configs.apply(study.QUICK, [(field, value)])
 
 
+KL_NOISE = np.array([0.0, 0.01, -0.01, 0.005])  # per seed, shared by every model (paired by seed)
+
+
 def _arrays(cfg, returns: dict, kl: dict, gate=None):
     """Planted arrays: two markets of 4 and 3 test windows; ``returns[model]`` [seeds, 7] and
-    ``kl[model]`` (a constant) per model; UAT's gate norm ``gate`` [7] on every seed."""
+    ``kl[model]`` (a constant plus KL_NOISE per seed) per model; UAT's gate norm ``gate`` [7] on every seed."""
     market = np.array([0, 0, 0, 0, 1, 1, 1])
-    windows = {m: {"return": np.asarray(returns[m], np.float64), "kl": np.full((cfg.seeds, 7), kl[m]),
+    windows = {m: {"return": np.asarray(returns[m], np.float64),
+                   "kl": np.tile((kl[m] + KL_NOISE[:cfg.seeds])[:, None], (1, 7)),
                    "gate_norm": np.tile(np.zeros(7) if gate is None else gate, (cfg.seeds, 1))}
                for m in cfg.runs}
     return {"windows": windows, "market": market, "posthoc": np.array([0, 1, 2, 3, 0, 0, -1]),
@@ -64,26 +68,35 @@ def _sharpe(r):
     return np.sqrt(252) * r.mean() / r.std(ddof=1)
 
 
+def _returns(seeds, uat, vt, null, null_vt=None):
+    """Daily returns [seeds, 7]: a shared random base per seed plus each model's constant offset."""
+    base = 0.01 * np.random.default_rng(0).standard_normal((seeds, 7))
+    offsets = {"uat": uat, "vt": vt, study.NULL: null, study.NULL_VT: vt if null_vt is None else null_vt}
+    return {m: base + o for m, o in offsets.items()}
+
+
 def test_summary_and_checks():
-    cfg = dataclasses.replace(study.QUICK, seeds=2)
-    rng = np.random.default_rng(0)
-    base = 0.01 * rng.standard_normal((2, 7))
-    returns = {"uat": base + 0.003, "vt": base, study.NULL: base + 0.001}
-    s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, study.NULL: 0.75},
+    cfg = dataclasses.replace(study.QUICK, seeds=4)
+    returns = _returns(4, 0.003, 0.0, 0.0)
+    s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8},
                                      gate=np.array([1.0, 2.0, 3.0, 4.0, 3.0, 1.0, 9.0])))
     m = s.metrics
     for model, r in returns.items():  # Sharpe per market and seed, then mean over seeds; the markets' mean
-        per = np.array([[_sharpe(r[k, :4]), _sharpe(r[k, 4:])] for k in range(2)])
+        per = np.array([[_sharpe(r[k, :4]), _sharpe(r[k, 4:])] for k in range(4)])
         np.testing.assert_allclose([m[f"sharpe_{model}_AAA"], m[f"sharpe_{model}_BBB"]], per.mean(0), rtol=1e-12)
         np.testing.assert_allclose(m[f"sharpe_{model}"], per.mean(), rtol=1e-12)
         np.testing.assert_allclose(m[f"cagr_{model}_BBB"], np.mean([np.prod(1 + r[k, 4:]) ** (252 / 3) - 1
-                                                                    for k in range(2)]), rtol=1e-10)
+                                                                    for k in range(4)]), rtol=1e-10)
     found = {c.name: c for c in s.checks}
-    assert list(found) == ["uat_beats_vt_sharpe", "uat_beats_vt_kl", "uat_gain_needs_feedback"]
-    assert all(c.passed for c in found.values())
+    assert list(found) == [c.name for c in study.CLAIMS]
+    assert all(c.verdict == "PASS" and c.n == 4 and c.unit == "seed" for c in found.values())
     np.testing.assert_allclose(found["uat_beats_vt_sharpe"].value, m["sharpe_uat"] - m["sharpe_vt"])
+    sharpe = lambda r: np.array([[_sharpe(x[:4]), _sharpe(x[4:])] for x in r]).mean(-1)  # noqa: E731
+    gaps = sharpe(returns["uat"]) - sharpe(returns["vt"])  # per seed, paired
+    np.testing.assert_allclose([found["uat_beats_vt_sharpe"].lo, found["uat_beats_vt_sharpe"].hi],
+                               gaps.mean() + np.array([-1, 1]) * 3.182446305284263 * gaps.std(ddof=1) / 2)
     np.testing.assert_allclose(found["uat_beats_vt_kl"].value, 0.3)
-    np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.3 - 0.05)
+    np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.3)
     # gate per post-hoc regime: bull = windows 0, 4, 5; chop = window 3; window 6 unlabelled
     assert m["gate_norm_uat_posthoc_bull"] == pytest.approx((1 + 3 + 1) / 3)
     assert m["gate_norm_uat_posthoc_chop"] == pytest.approx(4.0)
@@ -91,11 +104,28 @@ def test_summary_and_checks():
     np.testing.assert_allclose(m["sharpe_equal_weight_BBB"], _sharpe(np.linspace(-0.01, 0.02, 7)[4:]))
     np.testing.assert_allclose(m["sharpe_constant_AAA"], _sharpe(np.linspace(0.02, -0.01, 7)[:4]))
     assert m["kl_constant"] == pytest.approx(0.7)
-    assert s.tables["table"]["market"] == ["AAA", "BBB"] * 3
+    assert s.tables["table"]["market"] == ["AAA", "BBB"] * 4
     # UAT no better than VT, and as far ahead with zero returns fed
-    bad = study.summarize(cfg, _arrays(cfg, {"uat": base, "vt": base + 0.002, study.NULL: base},
-                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5}))
+    bad = study.summarize(cfg, _arrays(cfg, _returns(4, 0.0, 0.002, 0.0),
+                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5, study.NULL_VT: 0.8}))
     assert not any(c.passed for c in bad.checks)
+    # without the null arms the controls run in the tests only
+    no_null = dataclasses.replace(cfg, null_rewards=False)
+    found = study.summarize(no_null, _arrays(no_null, returns, {"uat": 0.5, "vt": 0.8})).checks
+    assert [c.name for c in found] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl"]
+    assert {c.control.verdict for c in found} == {"not run here"}
+
+
+def test_controls_fail_their_claims():
+    """Each claim judged on its control arm is rejected: UAT fed null returns at VT's level (Sharpe, KL), and VT
+    clean against VT fed null returns (feedback-blind) for the null-returns claim; a UAT-null as good as UAT makes
+    the two lead checks NO POWER."""
+    cfg = dataclasses.replace(study.QUICK, seeds=4)
+    kl = {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8}
+    found = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.0), kl)).checks
+    assert [c.verdict for c in found] == ["PASS"] * 3 and [c.control.verdict for c in found] == ["FAIL"] * 3
+    as_uat = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.003), {**kl, study.NULL: 0.5})).checks
+    assert [c.verdict for c in as_uat] == ["NO POWER", "NO POWER", "FAIL"]
 
 
 def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
@@ -109,9 +139,14 @@ def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
                                                      "uat_gain_needs_feedback"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     rows = _csv(folder / "markets.csv")
-    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", study.NULL)
+    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", study.NULL, study.NULL_VT)
                                                          for x in ("CSI300", "DJIA", "HSI")}
-    assert (folder / "markets.png").exists() and len(_csv(folder / "gates.csv")) == 3 * 4
+    assert (folder / "markets.png").exists() and len(_csv(folder / "gates.csv")) == 3 * 4 * 2
+    # the null-returns claim's control, trained: VT is feedback-blind, so zeroed returns change nothing on any seed
+    null_check = {c["name"]: c for c in result["checks"]}["uat_gain_needs_feedback"]
+    assert null_check["control"] == {"arm": study.UAT_GAIN_NEEDS_FEEDBACK.control, "verdict": "FAIL", "value": 0.0,
+                                     "lo": 0.0, "hi": 0.0, "n": 2}
+    assert [r["kl"] for r in rows if r["model"] == "vt"] == [r["kl"] for r in rows if r["model"] == study.NULL_VT]
     assert sorted(p.name for p in (folder / "synthetic").iterdir()) == ["CSI300", "DJIA", "HSI"]
     cfg = configs.apply(study.QUICK, [(k, json.loads(v)) for k, v in (a.split("=", 1) for a in TINY_SETS)])
     user = dataclasses.replace(cfg, data_dir=str(folder / "synthetic"))

@@ -17,7 +17,8 @@ TINY_SETS = ['size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horiz
              '"n_regimes": 3, "min_segments": 2, "max_segments": 3, "min_segment_len": 3, "n_negatives": 20}',
              'synthetic={"n_users": 40, "n_items": 150, "min_len": 40, "max_len": 60, "light_len": [5, 15]}',
              "delays=[0, 1, 3]"]
-TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "1"]
+TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "2"]
+NOISE = np.array([0.0, 0.02, -0.02, 0.01])  # per seed, shared by every model and condition (paired by seed)
 
 
 def _csv(path):
@@ -54,38 +55,60 @@ def test_config_rejects_bad_values(field, value, message):
 
 
 def _arrays(cfg, hr):
-    """Planted arrays: HR@10 ``hr[model][condition]`` on every seed; the other metrics half of it."""
+    """Planted arrays: HR@10 ``hr[model][condition]`` plus NOISE on the 4 seeds; the other metrics half of it."""
     metrics = {}
     for m in cfg.reported:
         conds = cfg.conditions if m in study.FAMILY else cfg.conditions[:1]
-        grid = np.array([[hr[m][study.condition_name(*c)]] * cfg.seeds for c in conds])
+        grid = np.array([hr[m][study.condition_name(*c)] + NOISE for c in conds])
         metrics[m] = {k: grid if k == "hr@10" else grid / 2 for k in study.METRICS}
     return {"metrics": metrics, "dataset": {"users": np.asarray(30), "items": np.asarray(200)}}
 
 
 def test_summary_and_checks():
-    cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10))
+    cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10), seeds=4)
     good = {"uat": {"d1": 0.40, "d0": 0.45, "d10": 0.30, "d1_null": 0.29}, "vt": dict.fromkeys(
         ("d1", "d0", "d10", "d1_null"), 0.28), "adt": {"d1": 0.41}, "sasrec": {"d1": 0.2}}
     s = study.summarize(cfg, _arrays(cfg, good))
     found = {c.name: c for c in s.checks}
     assert list(found) == ["uat_beats_vt_hr10", "uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
                            "gap_shrinks_with_delay"]
-    assert all(c.passed for c in found.values())
+    assert all(c.passed and c.n == 4 and c.unit == "seed" for c in found.values())
     np.testing.assert_allclose(found["uat_beats_vt_hr10"].value, 0.12)
+    assert found["gap_shrinks_with_delay"].control.verdict == "not run here"  # test_controls_fail_their_claims
     np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.12 - 0.01)
     np.testing.assert_allclose(found["gap_shrinks_with_delay"].value, 0.17 - 0.02)
-    assert s.metrics["ndcg@10_uat_d0"] == pytest.approx(0.225) and s.metrics["hr@10_vt_d1_null"] == 0.28
+    assert s.metrics["ndcg@10_uat_d0"] == pytest.approx(0.225 + NOISE.mean() / 2)
+    assert s.metrics["hr@10_vt_d1_null"] == pytest.approx(0.28 + NOISE.mean())
     assert s.tables["table"]["condition"] == ["d1", "d0", "d10", "d1_null"] * 2 + ["d1", "d1"]
-    assert s.tables["table"]["model"][-1] == "sasrec" and s.metrics["hr@10_sasrec"] == pytest.approx(0.2)
+    assert s.tables["table"]["model"][-1] == "sasrec" and s.metrics["hr@10_sasrec"] == pytest.approx(0.2 + NOISE.mean())
     assert s.tables["table"]["hr@10_paper"][-1] == 0.281 and "sasrec" not in str([c.name for c in s.checks])
     # UAT that gains as much with zero rewards, whose lead does not fall with the delay, below A-DT
     blind = {"uat": {"d1": 0.33, "d0": 0.33, "d10": 0.33, "d1_null": 0.33}, "vt": good["vt"], "adt": {"d1": 0.40},
              "sasrec": good["sasrec"]}
     found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, blind)).checks}
-    assert found["uat_beats_vt_hr10"].passed
+    assert found["uat_beats_vt_hr10"].verdict == "NO POWER"  # it leads VT, but so does its null-reward control
     assert not any(found[n].passed for n in ("uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
                                              "gap_shrinks_with_delay"))
+
+
+def test_controls_fail_their_claims():
+    """Each claim judged on its control arm is rejected: UAT under the null corruption at VT's level for the
+    HR@10 claims, VT clean against VT under null (feedback-blind) for the null-reward claim, and a UAT reading no
+    feedback (the same lead at every delay) for the delay claim; a UAT-null as good as UAT makes the HR@10 checks
+    NO POWER."""
+    cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10), seeds=4)
+    vt = dict.fromkeys(("d1", "d0", "d10", "d1_null"), 0.28)
+    good = {"uat": {"d1": 0.40, "d0": 0.45, "d10": 0.30, "d1_null": 0.28}, "vt": vt, "adt": {"d1": 0.41},
+            "sasrec": {"d1": 0.2}}
+    found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, good)).checks}
+    assert {n: c.control.verdict for n, c in found.items() if c.control.value is not None} == {
+        "uat_beats_vt_hr10": "FAIL", "uat_on_par_with_adt_hr10": "FAIL", "uat_gain_needs_feedback": "FAIL"}
+    no_delay_effect = {**good, "uat": {"d1": 0.40, "d0": 0.40, "d10": 0.40, "d1_null": 0.28}}
+    delay = {c.name: c for c in study.summarize(cfg, _arrays(cfg, no_delay_effect)).checks}["gap_shrinks_with_delay"]
+    assert delay.verdict == "FAIL" and delay.value == pytest.approx(0.0)
+    as_uat = {**good, "uat": {**good["uat"], "d1_null": 0.40}}
+    found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, as_uat)).checks}
+    assert [found[n].verdict for n in ("uat_beats_vt_hr10", "uat_on_par_with_adt_hr10")] == ["NO POWER"] * 2
 
 
 def test_tiny_run_on_synthetic_files_and_on_a_data_folder(tmp_path):
@@ -98,9 +121,13 @@ def test_tiny_run_on_synthetic_files_and_on_a_data_folder(tmp_path):
     assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_hr10", "uat_on_par_with_adt_hr10",
                                                      "uat_gain_needs_feedback", "gap_shrinks_with_delay"]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
+    # the null-reward claim's control, trained: VT is feedback-blind, so zeroed rewards change nothing on any seed
+    null_check = {c["name"]: c for c in result["checks"]}["uat_gain_needs_feedback"]
+    assert null_check["control"] == {"arm": study.UAT_GAIN_NEEDS_FEEDBACK.control, "verdict": "FAIL", "value": 0.0,
+                                     "lo": 0.0, "hi": 0.0, "n": 2}
     assert {r["condition"] for r in _csv(folder / "recsys.csv")} == {"d1", "d0", "d3", "d1_null"}
     rows = _csv(folder / "recsys.csv")
-    assert len(rows) == 4 * 2 + 2 and (folder / "recsys.png").exists()  # UAT and VT x 4 conditions, A-DT, SASRec
+    assert len(rows) == (4 * 2 + 2) * 2 and (folder / "recsys.png").exists()  # UAT and VT x 4 conditions, A-DT, SASRec
     assert [r["model"] for r in rows][-1] == "sasrec" and 0.0 <= float(rows[-1]["hr@10"]) <= 1.0
     assert result["metrics"]["users"] == 25.0  # max_users of the tiny data config
     # the written files as a user's folder (--set data_dir=...): the same dataset

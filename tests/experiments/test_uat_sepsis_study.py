@@ -24,7 +24,7 @@ def test_presets():
     assert study.FULL.size.horizon == 90 and study.FULL.size.dropout == 0.2 and study.FULL.size.ema_decay == 0.8
     assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
     assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
-    assert study.FULL.null_rewards and not study.QUICK.null_rewards and study.QUICK.size.horizon == 60
+    assert study.FULL.null_rewards and study.QUICK.null_rewards and study.QUICK.size.horizon == 60
     assert study.FULL.rows == (*study.MODELS, study.NULL, "iql", "tent", "cotta")
     assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "iql", "tent", "cotta")
     assert study.QUICK.iql.steps < study.FULL.iql.steps and study.FULL.iql == study.iql.IqlConfig()
@@ -70,29 +70,40 @@ def _arrays(cfg, acc: dict, post: dict):
     return {"metrics": metrics, "curves": curves, "gate": _gate(cfg.seeds)}
 
 
-PASSING = ({"uat": [0.8, 0.7], "vt": [0.6, 0.6], "adt": [0.7, 0.7], "dt": [0.6, 0.7], "tent": [0.6, 0.6],
-            "cotta": [0.6, 0.5], "uat_null": [0.6, 0.6], "iql": [0.7, 0.6]},
-           {"uat": [0.6, 0.5], "vt": [0.4, 0.4], "adt": [0.5, 0.5], "dt": [0.45, 0.5], "tent": [0.4, 0.45],
-            "cotta": [0.4, 0.4], "uat_null": [0.4, 0.3], "iql": [0.45, 0.35]})
+NOISE = np.array([0.0, 0.01, -0.01, 0.005])  # per seed, shared by every model (the arms are paired by seed)
+LEVELS = {"uat": (0.75, 0.55), "vt": (0.6, 0.4), "adt": (0.7, 0.5), "dt": (0.65, 0.475), "tent": (0.6, 0.425),
+          "cotta": (0.55, 0.4), "uat_null": (0.6, 0.4), "iql": (0.65, 0.4)}  # (overall, post-shift) seed means
+
+
+def _levels(**changes):
+    """(acc, post): {model: [4 seeds]}, the LEVELS with ``changes`` {model: (overall, post)} plus NOISE."""
+    levels = {**LEVELS, **changes}
+    return ({m: a + NOISE for m, (a, _) in levels.items()}, {m: p + NOISE for m, (_, p) in levels.items()})
+
+
+PASSING = _levels()
 
 
 def test_summary_metrics_and_checks_on_planted_arrays():
-    cfg = dataclasses.replace(study.QUICK, seeds=2, models=("uat", "vt", "adt", "dt"), null_rewards=True)
+    cfg = dataclasses.replace(study.QUICK, seeds=4, models=("uat", "vt", "adt", "dt"), null_rewards=True)
     acc, post = PASSING
     s = study.summarize(cfg, _arrays(cfg, acc, post))
     m = s.metrics
-    assert m["acc_uat"] == pytest.approx(0.75) and m["acc_uat_std"] == pytest.approx(0.05)
-    assert m["post_tent"] == pytest.approx(0.425) and m["acc_dt_conservative"] == pytest.approx(0.3)
-    assert m["uat_feedback_gain_post"] == pytest.approx(0.55 - 0.35)
+    assert m["acc_uat"] == pytest.approx(0.75 + NOISE.mean()) and m["acc_uat_std"] == pytest.approx(NOISE.std())
+    assert m["post_tent"] == pytest.approx(0.425 + NOISE.mean()) and m["acc_dt_conservative"] == pytest.approx(0.3)
+    assert m["uat_feedback_gain_post"] == pytest.approx(0.55 - 0.4)
     checks = {c.name: c for c in s.checks}
+    assert list(checks) == [c.name for c in study.CLAIMS]
     assert checks["uat_beats_vt_post_shift"].value == pytest.approx(0.55 - 0.4)
     assert checks["uat_beats_input_level_post_shift"].value == pytest.approx(0.55 - 0.5)  # A-DT, the better
     assert checks["uat_beats_tta_post_shift"].value == pytest.approx(0.55 - 0.425)  # TENT, the better
     assert checks["uat_beats_offline_rl_post_shift"].value == pytest.approx(0.55 - 0.4)
     assert checks["uat_beats_offline_rl_post_shift"].paper == pytest.approx(0.599 - 0.425)
     assert checks["uat_beats_vt_overall"].value == pytest.approx(0.75 - 0.6)
-    assert all(c.passed for c in s.checks)
     assert checks["uat_beats_input_level_post_shift"].paper == pytest.approx(0.599 - 0.442)
+    for c in checks.values():  # paired by seed: the shared noise cancels, a zero-width interval
+        assert c.verdict == "PASS" and c.n == 4 and c.unit == "seed" and c.lo == pytest.approx(c.hi)
+        assert c.control.arm == study.CONTROL and c.control.n == 4
     # gate means by numpy: ||rho_t|| = t / 10 with regimes on steps 0-5, 6-12, 13-19; post-shift steps 6-10, 13-17
     t = np.arange(20) / 10.0
     assert m["gate_fluid_responsive"] == pytest.approx(t[:6].mean())
@@ -102,13 +113,13 @@ def test_summary_metrics_and_checks_on_planted_arrays():
     assert s.tables["table"]["model"] == list(cfg.rows)
     assert s.tables["recovery"]["steps_after_switch"][:3] == [0, 1, 2]
     # UAT below DT-style after a switch fails the input-level check, and only it
-    post_dt_wins = {**post, "dt": [0.7, 0.7]}
-    s = study.summarize(cfg, _arrays(cfg, acc, post_dt_wins))
-    assert [c.name for c in s.checks if not c.passed] == ["uat_beats_input_level_post_shift"]
-    # without DT-style (the quick preset) the input-level check reads A-DT alone
-    quick = dataclasses.replace(study.QUICK, seeds=2)
-    s = study.summarize(quick, _arrays(quick, acc, post_dt_wins))
+    s = study.summarize(cfg, _arrays(cfg, *_levels(dt=(0.65, 0.7))))
+    assert {c.name: c.verdict for c in s.checks if not c.passed} == {"uat_beats_input_level_post_shift": "FAIL"}
+    # without DT-style the input-level check reads A-DT alone; without UAT-null the control runs in the tests only
+    quick = dataclasses.replace(study.QUICK, seeds=4, null_rewards=False)
+    s = study.summarize(quick, _arrays(quick, *_levels(dt=(0.65, 0.7))))
     assert {c.name: c.value for c in s.checks}["uat_beats_input_level_post_shift"] == pytest.approx(0.55 - 0.5)
+    assert {c.control.verdict for c in s.checks} == {"not run here"}
     no_tta = dataclasses.replace(quick, adapt=())
     assert "uat_beats_tta_post_shift" not in [c.name for c in study.summarize(no_tta, _arrays(no_tta, acc, post)).checks]
     no_iql = dataclasses.replace(quick, offline=())
@@ -116,8 +127,24 @@ def test_summary_metrics_and_checks_on_planted_arrays():
     assert "uat_beats_offline_rl_post_shift" not in [c.name for c in
                                                      study.summarize(no_iql, _arrays(no_iql, acc, post)).checks]
     # IQL within 0.05 of UAT after a switch fails its check, and only it
-    s = study.summarize(cfg, _arrays(cfg, acc, {**post, "iql": [0.55, 0.5]}))
+    s = study.summarize(cfg, _arrays(cfg, *_levels(iql=(0.65, 0.52))))
     assert [c.name for c in s.checks if not c.passed] == ["uat_beats_offline_rl_post_shift"]
+    # seed noise that does not cancel leaves a margin inside the interval: INCONCLUSIVE, with a seed count
+    noisy = {**post, "uat": post["uat"] - 0.1 + np.array([0.0, 0.04, -0.04, 0.01])}
+    c = {c.name: c for c in study.summarize(cfg, _arrays(cfg, acc, noisy)).checks}["uat_beats_vt_post_shift"]
+    assert c.verdict == "INCONCLUSIVE" and c.n_needed > 4
+
+
+def test_the_null_reward_control_fails_every_claim():
+    """The control, UAT fed null rewards in UAT's place, judged on the same claims: at VT's level (it cannot
+    re-identify the regime) every claim is rejected; a UAT-null that matches UAT makes every check NO POWER."""
+    cfg = dataclasses.replace(study.QUICK, seeds=4, null_rewards=True)
+    checks = study.summarize(cfg, _arrays(cfg, *PASSING)).checks
+    assert [c.control.verdict for c in checks] == ["FAIL", "FAIL", "FAIL", "FAIL", "FAIL"]
+    assert checks[0].control.value == pytest.approx(0.0)  # UAT-null - VT after a switch
+    assert all(c.verdict == "PASS" for c in checks)
+    as_uat = study.summarize(cfg, _arrays(cfg, *_levels(uat_null=LEVELS["uat"]))).checks
+    assert [c.verdict for c in as_uat] == ["NO POWER"] * 5
 
 
 def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
@@ -159,10 +186,10 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "train_grid", fake_train_grid)
     monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
     out = tmp_path / "run"
-    assert cli.main(["run", "uat.sepsis", "--quick", "--set", "null_rewards=true", "--set", "sim.obs_noise=50",
+    assert cli.main(["run", "uat.sepsis", "--quick", "--seeds", "4", "--set", "sim.obs_noise=50",
                      "--set", "sim.resistance_decay=1", "--out", str(out)]) == 0
     assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
-    assert calls["replay"] == ("sepsis_gate", [0, 1], ["uat"])  # the clean task's seeds
+    assert calls["replay"] == ("sepsis_gate", [0, 1, 2, 3], ["uat"])  # the clean task's seeds
     assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
     assert calls["knobs"] == (50.0, 1.0, 10.0)  # the simulator knobs set, the others at their defaults
     assert calls["iql"] == ("sepsis_iql", ["iql"], "sepsis", study.QUICK.size.eval_episodes, "cell")
@@ -172,10 +199,12 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
                                                      "uat_beats_tta_post_shift", "uat_beats_offline_rl_post_shift",
                                                      "uat_beats_vt_overall"]
     rows = _csv(folder / "sepsis.csv")
-    assert [(r["model"], r["seed"]) for r in rows][:3] == [("uat", "0"), ("uat", "1"), ("vt", "0")]
+    assert [(r["model"], r["seed"]) for r in rows][3:5] == [("uat", "3"), ("vt", "0")]
     null = [r for r in rows if r["model"] == "uat_null"]
-    assert [float(r["post_shift"]) for r in null] == [0.4, 0.3]
-    assert [float(r["post_shift"]) for r in rows if r["model"] == "iql"] == [0.45, 0.35]
+    assert [float(r["post_shift"]) for r in null] == pytest.approx(0.4 + NOISE)
+    assert [float(r["post_shift"]) for r in rows if r["model"] == "iql"] == pytest.approx(0.4 + NOISE)
+    assert {c["verdict"] for c in result["checks"]} == {"PASS"}
+    assert {c["control"]["verdict"] for c in result["checks"]} == {"FAIL"}
     curve_models = {r["model"] for r in _csv(folder / "curves.csv") if r["critic_loss"]}
     assert curve_models == {"iql"}  # IQL's three losses; the transformers record no critic
     assert (folder / "sepsis.png").exists() and (folder / "recovery.csv").exists()
