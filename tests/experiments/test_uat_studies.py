@@ -36,8 +36,8 @@ def _checks(result):
 
 
 def test_presets_keep_the_quick_and_full_sizes():
-    for study in (darkroom, ablation, boundary):
-        assert study.QUICK.size == cells.CPU and study.QUICK.seeds == 2
+    for study, quick_seeds in ((darkroom, 3), (ablation, 3), (boundary, 4)):
+        assert study.QUICK.size == cells.CPU and study.QUICK.seeds == quick_seeds
         assert study.FULL.size == cells.TABLE3 and study.FULL.seeds == 3
         assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED  # the checks judge the judged seeds
     assert darkroom.QUICK.models == ("uat", "vt", "adt") and darkroom.FULL.models == darkroom.MODELS
@@ -48,7 +48,8 @@ def test_presets_keep_the_quick_and_full_sizes():
     assert [boundary.label(*c) for c in boundary.FULL.conditions()] == [
         "clean", "gaussian_0p5", "gaussian_1", "gaussian_2", "gaussian_5", "null", "shuffle", "sign_flip"]
     assert theory.QUICK.model.horizon == 20 and theory.FULL.model.horizon == 60
-    assert mechanism.QUICK.size == cells.CPU and mechanism.QUICK.seeds == 2 and mechanism.QUICK.episodes == 32
+    assert mechanism.QUICK.size == cells.CPU and mechanism.QUICK.seeds == darkroom.QUICK.seeds  # plays its kept cells
+    assert mechanism.QUICK.episodes == 32 and mechanism.MODELS == darkroom.KEPT
     assert mechanism.QUICK.stream == mechanism.FULL.stream == seeds.JUDGED and mechanism.QUICK.schedule == "cyclic"
     assert theory.QUICK.counted == theory.FULL.counted
 
@@ -104,57 +105,107 @@ def _darkroom_arrays(cfg, acc):
     S = len(cfg.schedules)
     return {"accuracy": {m: np.tile(np.asarray(acc[m], float), (S, 1)) for m in cfg.rows},
             "efficiency": {m: np.full((S, cfg.seeds), 0.5) for m in cfg.rows},
-            "distinct_goals": np.array([[12, 14], [100, 99], [4, 4]][:S])}
+            "distinct_goals": np.tile([12, 14, 100, 99, 4, 4][:cfg.seeds], (S, 1))}
+
+
+def _verdicts(summary):
+    return {c.name: c.verdict for c in summary.checks}
 
 
 def test_darkroom_summary_and_checks():
     cfg = darkroom.QUICK
-    acc = {"uat": [0.85, 0.95], "vt": [0.3, 0.4], "adt": [0.88, 0.90], "tent": [0.3, 0.5], "cotta": [0.6, 0.6]}
+    n = cfg.seeds
+    seeds_ = np.linspace(-0.01, 0.01, n)
+    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.89 + seeds_, "uat_null": 0.36 + seeds_,
+           "tent": 0.35 + seeds_, "cotta": 0.6 + seeds_}
     s = darkroom.summarize(cfg, _darkroom_arrays(cfg, acc))
-    assert s.metrics["acc_uat_gradual"] == pytest.approx(0.9) and s.metrics["acc_uat_gradual_std"] == pytest.approx(0.05)
-    assert [s.metrics[f"distinct_goals_train_{x}"] for x in cfg.schedules] == [13.0, 99.5, 4.0]
+    assert s.metrics["acc_uat_gradual"] == pytest.approx(0.9) and s.metrics["acc_uat_null_cyclic"] == pytest.approx(0.36)
     c = {k.name: k for k in s.checks}
-    assert list(c) == ["uat_beats_vt_gradual", "uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_beats_tta_gradual",
-                       "uat_beats_tta_abrupt", "uat_beats_tta_cyclic", "uat_on_par_with_adt"]
-    assert all(k.passed for k in s.checks)
-    assert c["uat_beats_tta_abrupt"].value == pytest.approx(0.9 - 0.6)  # against the better of TENT and CoTTA
-    assert c["uat_beats_tta_abrupt"].paper == pytest.approx(0.827 - 0.354)
-    assert c["uat_beats_vt_gradual"].value == pytest.approx(0.55)
+    assert list(c) == [f"uat_beats_vt_{x}" for x in cfg.schedules] + [f"uat_on_par_with_adt_{x}" for x in cfg.schedules]
+    assert all(k.verdict == "PASS" and k.kind == "interval" and k.n == n and k.unit == "seed" for k in s.checks)
+    assert c["uat_beats_vt_gradual"].value == pytest.approx(0.55)  # paired per seed: UAT - VT
     assert c["uat_beats_vt_gradual"].paper == pytest.approx(0.873 - 0.362)
-    assert c["uat_on_par_with_adt"].value == pytest.approx(0.01)
-    assert len(s.tables["table"]["model"]) == 15 and s.tables["table"]["accuracy_paper"][0] == 0.873
-    assert s.tables["table"]["model"][-1] == "cotta" and s.metrics["acc_tent_cyclic"] == pytest.approx(0.4)
-    # VT and CoTTA as good as UAT, and A-DT clearly better: every check fails
-    bad = darkroom.summarize(cfg, _darkroom_arrays(cfg, {"uat": [0.5, 0.5], "vt": [0.45, 0.45], "adt": [0.6, 0.6],
-                                                         "tent": [0.3, 0.3], "cotta": [0.5, 0.5]}))
-    assert not any(k.passed for k in bad.checks)
+    assert c["uat_on_par_with_adt_abrupt"].value == pytest.approx(0.01)
+    assert c["uat_on_par_with_adt_abrupt"].paper == pytest.approx(0.827 - 0.826)
+    assert c["uat_on_par_with_adt_abrupt"].se == pytest.approx(0.0)  # UAT and A-DT move together over seeds
+    assert {k.control.arm for k in s.checks} == {"UAT fed null feedback, against VT", "UAT fed null feedback, against A-DT"}
+    rows = s.tables["table"]["model"]
+    assert rows == [m for m in cfg.rows for _ in cfg.schedules] and len(rows) == 18 and "uat_null" in rows
+    assert s.tables["table"]["accuracy_paper"][0] == 0.873 and np.isnan(s.tables["table"]["accuracy_paper"][9])
+    # VT as good as UAT on one schedule, A-DT clearly better on another: those checks fail
+    arrays = _darkroom_arrays(cfg, {**acc, "vt": 0.85 + seeds_, "adt": 0.97 + seeds_})
+    v = _verdicts(darkroom.summarize(cfg, arrays))
+    assert v["uat_beats_vt_abrupt"] == "FAIL" and v["uat_on_par_with_adt_cyclic"] == "FAIL"
+    # A-DT 0.03 better on average with seed noise around it: inconclusive, with a seed count to decide it
+    noisy = np.array([0.0, -0.06, 0.02, -0.08, 0.01, -0.05, 0.03, -0.09])[:n]
+    c = {k.name: k for k in darkroom.summarize(cfg, _darkroom_arrays(cfg, {**acc, "adt": acc["uat"] - noisy - 0.01}))
+         .checks}
+    assert c["uat_on_par_with_adt_gradual"].verdict == "INCONCLUSIVE" and c["uat_on_par_with_adt_gradual"].n_needed > n
+
+
+def test_darkroom_null_feedback_control_fails_every_claim():
+    """The control, UAT fed null feedback in UAT's place: at VT's level (the fed pair then carries nothing the
+    observations do not) it fails every claim, and a UAT-null as good as UAT turns every pass into NO POWER."""
+    cfg = darkroom.QUICK
+    seeds_ = np.linspace(-0.01, 0.01, cfg.seeds)
+    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.88 + seeds_, "uat_null": 0.36 + seeds_,
+           "tent": 0.35 + seeds_, "cotta": 0.35 + seeds_}
+    s = darkroom.summarize(cfg, _darkroom_arrays(cfg, acc))
+    assert {k.verdict for k in s.checks} == {"PASS"} and {k.control.verdict for k in s.checks} == {"FAIL"}
+    assert s.checks[0].control.value == pytest.approx(0.01)  # UAT-null - VT
+    as_uat = darkroom.summarize(cfg, _darkroom_arrays(cfg, {**acc, "uat_null": acc["uat"]}))
+    assert {k.verdict for k in as_uat.checks} == {"NO POWER"}
 
 
 def test_ablation_summary_and_checks():
     cfg = ablation.QUICK
-    acc = {"uat": 0.87, "no_action": 0.7, "no_reward": 0.4, "linear": 0.86, "no_q": 0.88, "no_kv": 0.5, "no_bias": 0.87}
-    arrays = {"accuracy": {v: np.full((1, 2), acc[v]) for v in cfg.variants}}
+    n = cfg.seeds
+    seeds_ = np.linspace(-0.01, 0.01, n)
+    acc = {"uat": 0.87, "no_action": 0.7, "no_reward": 0.4, "linear": 0.86, "no_q": 0.88, "no_kv": 0.5, "no_bias": 0.87,
+           "uat_null": 0.38}
+    arrays = {"accuracy": {v: (acc[v] + seeds_)[None] for v in acc}}
     s = ablation.summarize(cfg, arrays)
     c = {k.name: k for k in s.checks}
-    assert sorted(c) == sorted(["no_kv_falls_far_gradual", "no_reward_falls_far_gradual", "no_q_stays_near_gradual",
-                                "no_bias_stays_near_gradual", "linear_stays_near_gradual",
-                                "reward_matters_more_than_action_gradual"])
-    assert all(k.passed for k in s.checks)
+    assert list(c) == ["no_kv_falls_far_gradual", "no_reward_falls_far_gradual", "no_q_stays_near_gradual",
+                       "no_bias_stays_near_gradual", "linear_stays_near_gradual",
+                       "reward_matters_more_than_action_gradual"]
+    assert all(k.verdict == "PASS" and k.n == n for k in s.checks)
+    assert {k.control.verdict for k in s.checks} == {"FAIL"}
     assert c["reward_matters_more_than_action_gradual"].value == pytest.approx(0.3)
     assert c["reward_matters_more_than_action_gradual"].paper == pytest.approx(0.707 - 0.395)
     assert c["no_kv_falls_far_gradual"].value == pytest.approx(0.37)
     assert c["no_kv_falls_far_gradual"].paper == pytest.approx(0.873 - 0.506) and c["no_kv_falls_far_gradual"].claim
-    assert c["no_q_stays_near_gradual"].value == pytest.approx(0.01)
-    arrays["accuracy"]["no_kv"] = np.full((1, 2), 0.8)  # no-KV barely hurts: its check fails
-    arrays["accuracy"]["linear"] = np.full((1, 2), 0.7)  # the linear encoder hurts: its check fails
-    arrays["accuracy"]["no_action"] = np.full((1, 2), 0.39)  # the actions matter more than the reward
-    c = {k.name: k.passed for k in ablation.summarize(cfg, arrays).checks}
-    assert not c["no_kv_falls_far_gradual"] and not c["linear_stays_near_gradual"] and c["no_q_stays_near_gradual"]
-    assert not c["reward_matters_more_than_action_gradual"]
+    assert c["no_kv_falls_far_gradual"].control.value == pytest.approx(0.38 - 0.5)  # UAT-null - no-KV
+    assert c["no_q_stays_near_gradual"].value == pytest.approx(-0.01) and c["no_q_stays_near_gradual"].target == "0 +- 0.05"
+    assert s.tables["table"]["variant"][-1] == "uat_null" and np.isnan(s.tables["table"]["accuracy_paper"][-1])
+    arrays["accuracy"]["no_kv"] = (0.8 + seeds_)[None]  # no-KV barely hurts: its check fails
+    arrays["accuracy"]["linear"] = (0.7 + seeds_)[None]  # the linear encoder hurts: its check fails
+    arrays["accuracy"]["no_action"] = (0.39 + seeds_)[None]  # the actions matter more than the reward
+    v = _verdicts(ablation.summarize(cfg, arrays))
+    assert v["no_kv_falls_far_gradual"] == v["linear_stays_near_gradual"] == "FAIL"
+    assert v["no_q_stays_near_gradual"] == "PASS" and v["reward_matters_more_than_action_gradual"] == "FAIL"
     # only the listed variants are checked
     few = configs.apply(cfg, [("variants", ["uat", "no_kv"])])
-    s = ablation.summarize(few, {"accuracy": {v: np.full((1, 2), acc[v]) for v in few.variants}})
+    s = ablation.summarize(few, {"accuracy": {v: (acc[v] + seeds_)[None] for v in (*few.variants, "uat_null")}})
     assert [k.name for k in s.checks] == ["no_kv_falls_far_gradual"]
+
+
+def test_ablation_null_feedback_control_fails_every_claim():
+    """UAT fed null feedback in place of UAT (falls far), of the variant (stays near) and of no-action: at VT's
+    level it fails every claim; a switch that breaks the model below a feedback-blind UAT, or a UAT-null as good as
+    the variants, makes the checks NO POWER."""
+    cfg = ablation.QUICK
+    seeds_ = np.linspace(-0.01, 0.01, cfg.seeds)
+    acc = {"uat": 0.87, "no_action": 0.7, "no_reward": 0.4, "linear": 0.86, "no_q": 0.88, "no_kv": 0.5, "no_bias": 0.87,
+           "uat_null": 0.38}
+    s = ablation.summarize(cfg, {"accuracy": {v: (acc[v] + seeds_)[None] for v in acc}})
+    assert [k.control.verdict for k in s.checks] == ["FAIL"] * 6
+    broken = {**acc, "no_kv": 0.1, "no_reward": 0.1}  # switches that break the model below VT's level
+    v = _verdicts(ablation.summarize(cfg, {"accuracy": {k: (x + seeds_)[None] for k, x in broken.items()}}))
+    assert v["no_kv_falls_far_gradual"] == v["no_reward_falls_far_gradual"] == "NO POWER"
+    blind = {**acc, "uat_null": 0.87}  # the feedback gain is not the feedback's
+    v = _verdicts(ablation.summarize(cfg, {"accuracy": {k: (x + seeds_)[None] for k, x in blind.items()}}))
+    assert v["no_q_stays_near_gradual"] == v["reward_matters_more_than_action_gradual"] == "NO POWER"
 
 
 def _boundary_arrays(cfg, uat, vt):
@@ -162,54 +213,89 @@ def _boundary_arrays(cfg, uat, vt):
             "accuracy_vt": np.asarray(vt, float)}
 
 
+def _boundary_uat(n):
+    e = np.linspace(-0.01, 0.01, n)
+    return {"clean": 0.85 + e, "gaussian_2": 0.6 + e, "null": 0.41 + e, "shuffle": 0.39 + e, "sign_flip": 0.84 + e}, \
+        0.36 + e
+
+
 def test_boundary_summary_and_checks():
     cfg = boundary.QUICK
-    uat = {"clean": [0.8, 0.9], "gaussian_2": [0.6, 0.6], "null": [0.4, 0.42], "shuffle": [0.38, 0.4],
-           "sign_flip": [0.82, 0.86]}
-    s = boundary.summarize(cfg, _boundary_arrays(cfg, uat, [0.35, 0.37]))
+    n = cfg.seeds
+    uat, vt = _boundary_uat(n)
+    s = boundary.summarize(cfg, _boundary_arrays(cfg, uat, vt))
     c = {k.name: k for k in s.checks}
     assert list(c) == ["gap_clean_wide", "uat_above_vt_at_sigma_2", "gap_null_small", "gap_shuffle_small",
                        "sign_flip_unchanged"]
-    assert all(k.passed for k in s.checks)
-    assert s.metrics["gap_clean"] == pytest.approx(0.49) and s.metrics["gap_clean_std"] == pytest.approx(0.04)
+    assert all(k.verdict == "PASS" and k.n == n for k in s.checks)
+    assert s.metrics["gap_clean"] == pytest.approx(0.49) and s.metrics["gap_clean_std"] == pytest.approx(0.0)
     assert c["uat_above_vt_at_sigma_2"].value == pytest.approx(0.24) and c["uat_above_vt_at_sigma_2"].paper == 0.18
     assert s.metrics["gap_shrink_2"] == pytest.approx(0.24 - 0.49)
-    assert c["sign_flip_unchanged"].value == pytest.approx(0.01)
+    assert c["sign_flip_unchanged"].value == pytest.approx(-0.01) and c["sign_flip_unchanged"].target == "0 +- 0.05"
     assert s.tables["table"]["condition"] == ["clean", "gaussian_2", "null", "shuffle", "sign_flip"]
-    uat.update(gaussian_2=[0.42, 0.44], null=[0.8, 0.8], sign_flip=[0.5, 0.5])  # UAT at sigma = 2 back near VT
-    c = {k.name: k.passed for k in boundary.summarize(cfg, _boundary_arrays(cfg, uat, [0.35, 0.37])).checks}
-    assert c == {"gap_clean_wide": True, "uat_above_vt_at_sigma_2": False, "gap_null_small": False,
-                 "gap_shuffle_small": True, "sign_flip_unchanged": False}
+    e = np.linspace(-0.01, 0.01, n)
+    uat.update(gaussian_2=0.43 + e, null=0.8 + e, sign_flip=0.5 + e)  # UAT at sigma = 2 back near VT
+    assert _verdicts(boundary.summarize(cfg, _boundary_arrays(cfg, uat, vt))) == {
+        "gap_clean_wide": "NO POWER",  # its control, UAT null, now leads VT widely too
+        "uat_above_vt_at_sigma_2": "FAIL", "gap_null_small": "FAIL",
+        "gap_shuffle_small": "PASS", "sign_flip_unchanged": "FAIL"}
+    # a gap at the margin, with seed noise as measured at sigma = 2: inconclusive, with a seed count
+    uat["gaussian_2"] = vt + 0.1 + np.resize([0.1, -0.1, 0.05, -0.04], n)
+    c = {k.name: k for k in boundary.summarize(cfg, _boundary_arrays(cfg, uat, vt)).checks}
+    assert c["uat_above_vt_at_sigma_2"].verdict == "INCONCLUSIVE" and c["uat_above_vt_at_sigma_2"].n_needed > n
     # another noise level: its own check name, and no paper number for it
     other = configs.apply(cfg, [("sigma", 0.5), ("extra_sigmas", [2.0])])
     assert [boundary.label(*c) for c in other.conditions()][1:3] == ["gaussian_0p5", "gaussian_2"]
-    uat["gaussian_0p5"] = [0.7, 0.7]
-    c = {k.name: k for k in boundary.summarize(other, _boundary_arrays(other, uat, [0.35, 0.37])).checks}
+    uat["gaussian_0p5"] = 0.7 + e
+    c = {k.name: k for k in boundary.summarize(other, _boundary_arrays(other, uat, vt)).checks}
     assert "uat_above_vt_at_sigma_0p5" in c and c["uat_above_vt_at_sigma_0p5"].paper is None
 
 
-def _mechanism_arrays(T, acc_after, mass_after, base_mass=0.1):
-    """Diagnostic outputs of 2 seeds at horizon T: accuracy 0.9 before the first shift,
+def test_boundary_controls_fail_every_claim():
+    """UAT fed null feedback (against VT for the "above VT" claims, against UAT clean for the sign flip) and UAT fed
+    clean feedback (for the "back to VT" claims) each fail their claim; a null arm that learns as well as the clean
+    one leaves every check without power."""
+    cfg = boundary.QUICK
+    uat, vt = _boundary_uat(cfg.seeds)
+    s = boundary.summarize(cfg, _boundary_arrays(cfg, uat, vt))
+    assert [k.control.verdict for k in s.checks] == ["FAIL"] * 5
+    assert [k.control.arm for k in s.checks] == [boundary.NULL_VS_VT] * 2 + [boundary.CLEAN_VS_VT] * 2 + [
+        "UAT fed null feedback, against UAT clean"]
+    assert s.checks[2].control.value == pytest.approx(0.49)  # the clean gap, under the "small gap" claim
+    v = _verdicts(boundary.summarize(cfg, _boundary_arrays(cfg, {**uat, "null": uat["sign_flip"]}, vt)))
+    assert v["gap_clean_wide"] == v["uat_above_vt_at_sigma_2"] == v["sign_flip_unchanged"] == "NO POWER"
+    v = _verdicts(boundary.summarize(cfg, _boundary_arrays(cfg, {**uat, "clean": uat["null"]}, vt)))
+    assert v["gap_null_small"] == v["gap_shuffle_small"] == "NO POWER"
+
+
+def _mechanism_arrays(T, acc_after, mass_after, base_mass=None, seeds_=2):
+    """Diagnostic outputs of ``seeds_`` seeds at horizon T: accuracy 0.9 before the first shift,
     ``acc_after[m]`` + 0.01 per step from the 6th step after each shift on, 0.1 in the 5 before, active-segment mass
-    ``mass_after[m]`` after it (``base_mass`` for UAT's base pathway)."""
+    ``mass_after[m]`` after it (``base_mass[m]`` for the base pathway, 0.1 unless given)."""
     since = np.asarray(diag.since_shift(T))
     after = np.asarray(diag.segment_of(T)) >= 1
-    uniform = np.tile(np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None], (2, 2, 1, 1))
-    return {m: {"accuracy": np.array([0.8, 0.9]), "step_accuracy": np.tile(np.where(after, np.where(since >= 5, acc_after[m] + 0.01 * (since - 5), 0.1), 0.9), (2, 1)),
-                "segment_accuracy": np.tile([0.9, acc_after[m], acc_after[m]], (2, 1)),
-                "post_shift_accuracy": np.array([0.3, 0.5]), "attention": uniform, "base_attention": uniform,
-                "active_mass": np.tile(np.where(after, mass_after[m], 0.0), (2, 2, 1)),
-                "base_active_mass": np.tile(np.where(after, base_mass, 0.0), (2, 2, 1)),
-                "oracle_log_prob": np.tile(np.where(after, -acc_after[m], -0.1), (2, 1))}
+    uniform = np.tile(np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None], (seeds_, 2, 1, 1))
+    base_mass = base_mass or {}
+    return {m: {"accuracy": np.linspace(0.8, 0.9, seeds_),
+                "step_accuracy": np.tile(np.where(after, np.where(since >= 5, acc_after[m] + 0.01 * (since - 5), 0.1),
+                                                  0.9), (seeds_, 1)),
+                "segment_accuracy": np.tile([0.9, acc_after[m], acc_after[m]], (seeds_, 1)),
+                "post_shift_accuracy": np.linspace(0.3, 0.5, seeds_), "attention": uniform, "base_attention": uniform,
+                "active_mass": np.tile(np.where(after, mass_after[m], 0.0), (seeds_, 2, 1)),
+                "base_active_mass": np.tile(np.where(after, base_mass.get(m, 0.1), 0.0), (seeds_, 2, 1)),
+                "oracle_log_prob": np.tile(np.where(after, -acc_after[m], -0.1), (seeds_, 1))}
             for m in mechanism.MODELS} | {"origin": "trained here"}
 
 
 def test_mechanism_summary_and_checks():
     cfg, T = mechanism.QUICK, mechanism.QUICK.size.horizon
-    s = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.8, "vt": 0.3}, {"uat": 0.6, "vt": 0.4}))
+    s = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.8, "vt": 0.3, "uat_null": 0.3},
+                                                   {"uat": 0.6, "vt": 0.4, "uat_null": 0.4}, {"uat_null": 0.4},
+                                                   cfg.seeds))
     c = {k.name: k for k in s.checks}
     assert list(c) == ["uat_recovers_after_shift", "modulation_adds_post_shift_attention",
-                       "uat_attends_to_active_segment"] and all(k.passed for k in s.checks)
+                       "uat_attends_to_active_segment"] and all(k.verdict == "PASS" for k in s.checks)
+    assert all(k.n == cfg.seeds and k.unit == "seed" for k in s.checks)
     assert c["uat_recovers_after_shift"].value == pytest.approx(0.5)  # the recovered steps only
     assert s.metrics["recovered_acc_uat"] == pytest.approx(0.8 + 0.02)  # 0.01 x mean(0, 1, 2, 3, 4)
     assert s.metrics["after_shift_acc_uat"] == pytest.approx((10 * 0.1 + 10 * 0.82) / 20)
@@ -223,9 +309,24 @@ def test_mechanism_summary_and_checks():
                                                                       for t in range(10, 30)]))
     table = s.tables["table"]
     assert len(table["step"]) == T and table["accuracy_vt"][T - 1] == pytest.approx(0.3 + 0.04)
-    assert table["segment"][9:11] == [0, 1] and table["active_mass_uat"][0] == 0.0 and table["accuracy_uat"][14] == 0.1
-    bad = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.45, "vt": 0.3}, {"uat": 0.4, "vt": 0.37}, 0.39))
-    assert not any(k.passed for k in bad.checks)
+    assert table["segment"][9:11] == [0, 1] and table["active_mass_uat"][0] == 0.0 and table["accuracy_uat"][14] == pytest.approx(0.1)
+    bad = mechanism.summarize(cfg, _mechanism_arrays(T, {"uat": 0.45, "vt": 0.3, "uat_null": 0.3},
+                                                     {"uat": 0.4, "vt": 0.37, "uat_null": 0.37},
+                                                     {"uat": 0.39}, cfg.seeds))
+    assert {k.verdict for k in bad.checks} == {"FAIL"}
+
+
+def test_mechanism_null_feedback_control_fails_every_claim():
+    """UAT fed null feedback played on the same shift episodes: at VT's level, with its gates moving no attention,
+    it fails every claim; a UAT-null that recovers and refocuses like UAT makes every check NO POWER."""
+    cfg, T = mechanism.QUICK, mechanism.QUICK.size.horizon
+    acc, mass = {"uat": 0.8, "vt": 0.3, "uat_null": 0.3}, {"uat": 0.6, "vt": 0.4, "uat_null": 0.4}
+    s = mechanism.summarize(cfg, _mechanism_arrays(T, acc, mass, {"uat_null": 0.4}, cfg.seeds))
+    assert [k.control.verdict for k in s.checks] == ["FAIL"] * 3
+    assert [k.control.value for k in s.checks] == pytest.approx([0.0, 0.0, 0.0])
+    as_uat = mechanism.summarize(cfg, _mechanism_arrays(T, {**acc, "uat_null": 0.8}, {**mass, "uat_null": 0.6},
+                                                        seeds_=cfg.seeds))
+    assert [k.verdict for k in as_uat.checks] == ["NO POWER"] * 3
 
 
 # --- tiny end-to-end runs through the command line ------------------------------------------
@@ -242,16 +343,17 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     out = tmp_path / "uat.darkroom"
     result = _result(out)
     assert result["config"]["seeds"] == 1 and result["config"]["size"]["epochs"] == 2
-    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_abrupt", "uat_beats_vt_cyclic", "uat_beats_tta_abrupt",
-                                                     "uat_beats_tta_cyclic", "uat_on_par_with_adt"]
-    assert all(np.isfinite(c["value"]) for c in result["checks"])
+    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_abrupt", "uat_beats_vt_cyclic",
+                                                     "uat_on_par_with_adt_abrupt", "uat_on_par_with_adt_cyclic"]
+    assert all(np.isfinite(c["value"]) and c["control"]["n"] == 1 for c in result["checks"])
     # 2 epochs x 2 episodes of one run: inside the first 6-episode block, and all four waypoints
     assert result["metrics"]["distinct_goals_train_abrupt"] == 1.0
     assert result["metrics"]["distinct_goals_train_cyclic"] == 4.0
     curves = _csv(out / "curves.csv")
-    assert {r["model"] for r in curves} == {f"{m}/{s}" for m in ("uat", "vt", "adt") for s in ("abrupt", "cyclic")}
-    assert len(curves) == 6 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
-    assert len(_csv(out / "darkroom.csv")) == 10 and len(_csv(out / "table.csv")) == 10
+    assert {r["model"] for r in curves} == {f"{m}/{s}" for m in ("uat", "vt", "adt", "uat_null")
+                                            for s in ("abrupt", "cyclic")}
+    assert len(curves) == 8 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
+    assert len(_csv(out / "darkroom.csv")) == 12 and len(_csv(out / "table.csv")) == 12
     assert (out / "darkroom.png").exists()
     assert sorted(p.name for p in (out / "models").iterdir()) == ["abrupt", "cyclic"]
     # uat.mechanism plays the kept cyclic UAT and VT cells, and computes what it computes training them itself
@@ -270,8 +372,8 @@ def test_ablation_tiny_run(tmp_path):
     assert cli.main(argv) in (0, 1)
     out = tmp_path / "uat.ablation"
     assert [c["name"] for c in _result(out)["checks"]] == ["no_kv_falls_far_gradual"]
-    assert {r["model"] for r in _csv(out / "curves.csv")} == {"uat/gradual", "no_kv/gradual"}
-    assert [r["variant"] for r in _csv(out / "ablation.csv")] == ["uat", "no_kv"]
+    assert {r["model"] for r in _csv(out / "curves.csv")} == {"uat/gradual", "no_kv/gradual", "uat_null/gradual"}
+    assert [r["variant"] for r in _csv(out / "ablation.csv")] == ["uat", "no_kv", "uat_null"]
 
 
 def test_boundary_tiny_sigma_sweep_is_one_program(tmp_path):
