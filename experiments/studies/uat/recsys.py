@@ -181,7 +181,10 @@ FULL = RecsysStudyConfig()
 # 5 seeds; control UAT-null - VT +0.059, also inconclusive: UAT-null leads VT as far as UAT does); UAT - A-DT
 # +0.028 [-0.030, +0.087] INCONCLUSIVE (about 5; control +0.033); the null-reward gain -0.004 [-0.055, +0.046]
 # INCONCLUSIVE (about 7; control VT clean - VT null exactly 0, FAIL). The float-rounding swing of that gain
-# (+0.0035 to +0.044 between two judged runs of 2 seeds) is inside this interval.
+# (+0.0035 to +0.044 between two judged runs of 2 seeds) is inside this interval. Judged once (stream 0, 4 seeds):
+# UAT - VT +0.059 [+0.030, +0.089] PASS (control UAT-null - VT +0.055, INCONCLUSIVE: not decisive either way);
+# UAT - A-DT +0.019 [-0.058, +0.095] INCONCLUSIVE (about 5 seeds); null-reward gain +0.004 [-0.049, +0.058]
+# INCONCLUSIVE (about 19 seeds; control exactly 0, FAIL). 416 s beside other work (a load of 3-5 on 2 cores).
 QUICK = RecsysStudyConfig(
     size=cells.Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=50, batch_size=16, epochs=600,
                     eval_episodes=1, ema_decay=0.95, dropout=0.1),
