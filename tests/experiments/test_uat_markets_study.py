@@ -60,7 +60,7 @@ def _arrays(cfg, returns: dict, kl: dict, gate=None):
     return {"windows": windows, "market": market, "posthoc": np.array([0, 1, 2, 3, 0, 0, -1]),
             "truth": np.array([0, 0, 1, 1, 2, 2, 3]), "equal_weight": np.linspace(-0.01, 0.02, 7),
             "constant": {"return": np.linspace(0.02, -0.01, 7), "kl": np.full(7, 0.7)},
-            "names": np.array(["AAA", "BBB"])}
+            "names": np.array(["AAA", "BBB"]), "dropped_days": np.array([0, 3])}
 
 
 def _sharpe(r):
@@ -81,6 +81,7 @@ def test_summary_and_checks():
     s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8},
                                      gate=np.array([1.0, 2.0, 3.0, 4.0, 3.0, 1.0, 9.0])))
     m = s.metrics
+    assert m["dropped_days_AAA"] == 0 and m["dropped_days_BBB"] == 3  # the days alignment dropped, per market
     for model, r in returns.items():  # Sharpe per market and seed, then mean over seeds; the markets' mean
         per = np.array([[_sharpe(r[k, :4]), _sharpe(r[k, 4:])] for k in range(4)])
         np.testing.assert_allclose([m[f"sharpe_{model}_AAA"], m[f"sharpe_{model}_BBB"]], per.mean(0), rtol=1e-12)

@@ -221,6 +221,7 @@ def compute(cfg: MarketsStudyConfig, ctx: RunContext) -> dict:
     constant = [constant_allocation(m, cfg.expert_temperature) for m in loaded]
     out["constant"] = {k: np.concatenate([c[k] for c in constant]) for k in ("return", "kl")}
     out["names"] = np.array([m.name for m in loaded])
+    out["dropped_days"] = np.array([m.dropped_days for m in loaded])  # trading days alignment dropped (max_gap_days)
     return out
 
 
@@ -259,6 +260,7 @@ def summarize(cfg: MarketsStudyConfig, arrays: dict) -> Summary:
             metrics.update(cells.mean_std(f"cagr_{model}_{name}", growth[:, j]))
             rows.append((model, name))
     for j, name in enumerate(names):
+        metrics[f"dropped_days_{name}"] = float(np.asarray(arrays["dropped_days"])[j])
         ew, const = np.asarray(arrays["equal_weight"])[market == j], np.asarray(arrays["constant"]["return"])[market == j]
         metrics[f"sharpe_equal_weight_{name}"] = markets.sharpe(ew)
         metrics[f"cagr_equal_weight_{name}"] = markets.cagr(ew)
