@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 from typing import Any
 
@@ -49,6 +50,7 @@ LEVEL = 0.95
 _OPS = {">", ">=", "<", "<=", "within", "=="}
 _INTERVAL_OPS = {">", "<", "within"}
 _KEY = re.compile(r"<[a-z_]+>")
+_COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +176,9 @@ class Claim:
                      est.lo, est.hi, est.se, f"t{LEVEL:.0%}", ctrl, needed)
 
     def _holds(self, v: float) -> bool:
-        m = self.margin
-        return {">": v > m, ">=": v >= m, "<": v < m, "<=": v <= m, "==": v == m,
-                "within": abs(v - m) <= self.tol}[self.op] and math.isfinite(v)
+        if self.op == "within":
+            return abs(v - self.margin) <= self.tol
+        return _COMPARE[self.op](v, self.margin) and math.isfinite(v)
 
     def _verdict(self, est: Estimate) -> str:
         if not math.isfinite(est.mean):

@@ -44,7 +44,7 @@ class _Row:
 
     study: str
     counts: dict[str, int] | None  # verdict -> count; None when the study raised
-    wall_s: float
+    wall_s: float | None  # None: the totals line
     bad_input: bool = False  # the study stopped on the user's input (exit 2), not on a fault of the code
 
     @property
@@ -59,7 +59,8 @@ class _Row:
     def line(self, width: int) -> str:
         c = self.counts or dict.fromkeys(checks.VERDICTS, 0)
         tally = "  ".join(f"{c[v]:>3}" for v in checks.VERDICTS)
-        return f"{self.study:<{width}}  {self.status:<12}  {tally}  {self.wall_s:8.1f}"
+        wall = f"{self.wall_s:8.1f}" if self.wall_s is not None else " (pass, fail, inconclusive, no power)"
+        return f"{self.study:<{width}}  {self.status:<12}  {tally}  {wall}"
 
 
 def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
@@ -259,8 +260,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{'study':<{width}}  {'status':<12}  pass  fail  inc  n/p    wall_s")
         for r in rows:
             print(r.line(width))
-        total = _Row("all", {v: sum((r.counts or {}).get(v, 0) for r in rows) for v in checks.VERDICTS}, 0.0)
-        print(f"{total.line(width)[:-10]}  (pass, fail, inconclusive, no power)")
+        total = _Row("all", {v: sum((r.counts or {}).get(v, 0) for r in rows) for v in checks.VERDICTS}, None)
+        print(total.line(width))
     if any(r.bad_input for r in rows):
         return 2
     bad = {"ERROR", "FAIL"} | ({"INCONCLUSIVE"} if args.strict else set())
