@@ -162,7 +162,7 @@ class MinigridMemoryStudyConfig:
                                            time_limit=task.time_limit, view_size=task.view_size)
 
 
-# Quick size (why, and the screening tables: docs/rate.md section 15). Size 15 with a random
+# Quick size (why; docs/rate.md section 15 reads the larger sizes). Size 15 with a random
 # hallway length (as MiniGrid's MemorySxRandom; the authors train on random lengths too): the
 # longest oracle episode is 27 steps, N = 5 segments of K = 6, and the cue's last sight is in an
 # earlier K-window than the choice in about 97% of episodes, so DT mostly guesses the side while

@@ -54,13 +54,13 @@ the check NO POWER). Checks, and how each could fail:
   must not be paid for in the settled steps. It fails if UAT's feedback pathway costs accuracy
   within segments (noise in the fed rewards read as a switch).
 
-Sizes: see ``QUICK`` below (screened on stream 1, disjoint from the judged stream 0). At the quick size no
-check passes on either stream (``docs/uat.md`` section 21 gives the numbers, three readings of why, and three
-measurements that point at the simulator: with uninformative observations every model, UAT included, is at chance;
-one fed reward separates two regimes by at most 0.14 of its standard deviation; and two consecutive observations
-explain 79% of the dense reward's variance). Two stay INCONCLUSIVE at 4 seeds, UAT's tiny differences to A-DT
-after a switch and to VT overall; the screening spread puts them at about 85 and 9 seeds (``QUICK``), beyond
-both presets (FULL's 3 seeds included).
+Sizes: see ``QUICK`` below (screened on stream 1, disjoint from the judged stream 0). At the quick size no check
+passes on either stream (the numbers are in ``QUICK``'s comment; ``docs/uat.md`` section 21 gives three readings of
+why, and three measurements that point at the simulator: with uninformative observations every model, UAT included,
+is at chance; one fed reward separates two regimes by at most 0.14 of its standard deviation; and two consecutive
+observations explain 79% of the dense reward's variance). Two stay INCONCLUSIVE at 4 seeds, UAT's tiny differences
+to A-DT after a switch and to VT overall; the screening spread puts them at about 85 and 9 seeds (``QUICK``),
+beyond both presets (FULL's 3 seeds included).
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ FULL = SepsisConfig()
 # 20-minute budget), so the quick episodes were cut to T = 60 (4-6 segments of >= 8 steps still fit) and UAT-null
 # moved to full size (`--set null_rewards=true`). T = 60, screening seeds first: UAT 0.490 / 0.371, VT 0.481 /
 # 0.399, A-DT 0.480 / 0.370 (2 of 4 pass, by +0.0015 and +0.009); then judged once: 0 of 4, UAT 0.503 / 0.384,
-# VT 0.503 / 0.414, A-DT 0.499 / 0.389, TENT 0.503 / 0.416 (docs/uat.md section 21). 140 s alone.
+# VT 0.503 / 0.414, A-DT 0.499 / 0.389, TENT 0.503 / 0.416. 140 s alone.
 # IQL joined later with its own quick budget (256 logged episodes, 64 hidden units, 2,000 steps), chosen on the
 # screening seeds: 0.438 / 0.364 there (512 episodes, 256 units, 5,000 steps gave 0.430 / 0.368), UAT 0.494 / 0.381,
 # so uat_beats_offline_rl_post_shift failed there (+0.017); judged once: IQL 0.462 / 0.403 against UAT 0.492 / 0.360
