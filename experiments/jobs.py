@@ -8,8 +8,6 @@ its checks are printed from its ``result.json``, so the console shows whole stud
 interleaved progress bars. A study that wrote no fresh ``result.json`` is an ERROR and its
 log's tail is printed.
 
-With more than one job, each job slot runs its studies on its own cores (:mod:`experiments.cores`).
-
 A process that runs past its time limit (``timeout_s``; ``run all --quick`` gives each study
 :func:`quick_limit_s`) is killed and started once more, resuming from its checkpoints; past the
 limit again it is an ERROR. XLA's CPU runtime has been seen to hang a study forever (the main
@@ -31,7 +29,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from experiments import cores, io, registry, results
+from experiments import io, registry, results
 
 LOG = "run.log"
 POLL_S = 0.5
@@ -76,8 +74,6 @@ class _Running:
     argv: list[str]
     limit_s: float | None
     attempt_started: float
-    slot: int
-    env: dict[str, str]
     restarts: int = 0
 
 
@@ -100,17 +96,11 @@ def run_command(flags: Sequence[str], out: pathlib.Path) -> Callable[[registry.S
     return lambda study: [sys.executable, "-m", "experiments", "run", study.name, "--out", str(out), *flags]
 
 
-def _environment(slot_cores: str | None) -> dict[str, str]:
-    """A study process's environment: this one's, under this process's folder locks (``io.HOLDER_ENV``),
-    pinned to ``slot_cores`` when given (``cores.VARIABLE``)."""
-    pinned = {cores.VARIABLE: slot_cores} if slot_cores is not None else {}
-    return {**os.environ, io.HOLDER_ENV: str(os.getpid()), **pinned}
-
-
-def _start(argv: list[str], log: pathlib.Path, env: dict[str, str], mode: str = "w") -> subprocess.Popen:
-    """Start ``argv`` in ``env`` writing to ``log``."""
+def _start(argv: list[str], log: pathlib.Path, mode: str = "w") -> subprocess.Popen:
+    """Start ``argv`` writing to ``log``, under this process's folder locks (``io.HOLDER_ENV``)."""
     with open(log, mode) as handle:
-        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                env={**os.environ, io.HOLDER_ENV: str(os.getpid())})
 
 
 def _restart_or_stop(job: _Running) -> None:
@@ -126,8 +116,7 @@ def _restart_or_stop(job: _Running) -> None:
         handle.write(f"\n== killed after {job.limit_s:.0f} s, its time limit (a hang?)"
                      f"{'; started again' if again else ''}\n")
     if again:
-        job.process, job.attempt_started = _start(job.argv, job.log, job.env, "a"), time.time()
-        job.restarts += 1
+        job.process, job.attempt_started, job.restarts = _start(job.argv, job.log, "a"), time.time(), job.restarts + 1
 
 
 def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.Study], list[str]], out: pathlib.Path,
@@ -138,7 +127,6 @@ def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.St
     ``quick_s`` first (longest processing time first: the long studies overlap the short ones
     instead of running last), ties in :func:`experiments.registry.run_order` order.
 
-    With ``jobs`` > 1 each of the ``jobs`` slots pins its studies to its own cores (:func:`cores.split`).
     ``on_finish`` is called as each study ends. ``timeout_s(study)``: the time limit of each attempt of its
     process (None: none; see the module docstring). Returns the finished studies in the order of ``chosen``.
     """
@@ -148,11 +136,9 @@ def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.St
     pending = sorted(chosen, key=lambda s: -s.quick_s)  # stable: ties keep the given order
     running: list[_Running] = []
     done: dict[str, Finished] = {}
-    slot_cores = cores.split(jobs) or [None] * jobs
     while pending or running:
         for study in list(pending):
-            free = sorted(set(range(jobs)) - {job.slot for job in running})
-            if not free:
+            if len(running) >= jobs:
                 break
             if all(a in done or a not in names for a in study.after):
                 pending.remove(study)
@@ -161,9 +147,8 @@ def run_studies(chosen: Sequence[registry.Study], command: Callable[[registry.St
                 log = study_dir / LOG
                 argv = command(study)
                 print(f"== started {study.name} -> {study_dir} (output in {log})", flush=True)
-                now, env = time.time(), _environment(slot_cores[free[0]])
-                running.append(_Running(study.name, _start(argv, log, env), now, log, argv, timeout_s(study), now,
-                                        free[0], env))
+                now = time.time()
+                running.append(_Running(study.name, _start(argv, log), now, log, argv, timeout_s(study), now))
         time.sleep(POLL_S)
         for job in running:
             if job.limit_s is not None and job.process.poll() is None and time.time() - job.attempt_started > job.limit_s:

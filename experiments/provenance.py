@@ -1,6 +1,6 @@
 """Where a result came from: code version (the commit and the state of the working tree), JAX
-version, backend, device count and the environment variables that set how XLA compiles, how
-memory is allocated and which CPU cores a study ran on."""
+version, backend, device count and the environment variables that set how XLA compiles and how
+memory is allocated."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +9,6 @@ import pathlib
 import subprocess
 
 import jax
-
-from experiments import cores
 
 __all__ = ["git_sha", "provenance", "worktree"]
 
@@ -50,9 +48,9 @@ def worktree(repo: str | pathlib.Path = _REPO) -> dict[str, object]:
     return {"describe": describe.decode().strip(), "dirty": dirty, "diff_sha256": digest.hexdigest() if dirty else None}
 
 
-ENVIRONMENT = ("XLA_FLAGS", "GLIBC_TUNABLES", cores.VARIABLE)
-"""Variables recorded when set: XLA's flags (``experiments.compile_flags``), glibc's tunables
-(``experiments.huge_pages``) and the cores ``run all --jobs N`` pinned the study to (``experiments.cores``)."""
+ENVIRONMENT = ("XLA_FLAGS", "GLIBC_TUNABLES")
+"""Variables recorded when set: XLA's flags (``experiments.compile_flags``) and glibc's tunables
+(``experiments.huge_pages``)."""
 
 
 def provenance() -> dict[str, object]:
