@@ -39,26 +39,30 @@ from uat_jax.utility import GateReadout
 
 @struct.dataclass
 class KVCache:
-    keys: jax.Array  # [N, H, d_m]
-    values: jax.Array  # [N, H, d_m]
+    """Keys and values of the full context N, position last: the layout the score and mixing
+    products read, so a decoding step transposes nothing."""
+
+    keys: jax.Array  # [H, d_m, N]
+    values: jax.Array  # [H, d_m, N]
 
 
 def empty_kv(cfg: ModelConfig) -> KVCache:
-    shape = (cfg.context, cfg.n_heads, cfg.d_head)
+    shape = (cfg.n_heads, cfg.d_head, cfg.context)
     return KVCache(keys=jnp.zeros(shape), values=jnp.zeros(shape))
 
 
 def _write(buffer: jax.Array, chunk: jax.Array, start: jax.Array) -> jax.Array:
-    """buffer with rows start .. start + n - 1 replaced by chunk [n, ...].
+    """buffer [H, d_m, N] with positions start .. start + n - 1 replaced by chunk [n, H, d_m].
 
     A select rather than ``dynamic_update_slice``, whose batching rule is a scatter
     (slow on CPU under vmap); a chunk covering the whole context is returned as is."""
-    n, N = chunk.shape[0], buffer.shape[0]
+    chunk = jnp.moveaxis(chunk, 0, -1).astype(buffer.dtype)
+    n, N = chunk.shape[-1], buffer.shape[-1]
     if n == N:
-        return chunk.astype(buffer.dtype)
+        return chunk
     rel = jnp.arange(N) - start
-    inside = ((rel >= 0) & (rel < n)).reshape((N,) + (1,) * (buffer.ndim - 1))
-    return jnp.where(inside, chunk[jnp.clip(rel, 0, n - 1)].astype(buffer.dtype), buffer)
+    inside = (rel >= 0) & (rel < n)
+    return jnp.where(inside, chunk[..., jnp.clip(rel, 0, n - 1)], buffer)
 
 
 class FeedbackAttention(nn.Module):
@@ -103,7 +107,7 @@ class FeedbackAttention(nn.Module):
             k = self._modulated("_K", x, k, g, bias_scale)
             v = self._modulated("_V", x, v, g, bias_scale)
         keys, values = _write(cache.keys, k, positions[0]), _write(cache.values, v, positions[0])
-        score = lambda ks: jnp.einsum("nhm,khm->hnk", q, ks) / jnp.sqrt(cfg.d_head).astype(q.dtype)  # noqa: E731
+        score = lambda ks: jnp.einsum("nhm,hmk->hnk", q, ks) / jnp.sqrt(cfg.d_head).astype(q.dtype)  # noqa: E731
         logits = score(keys)
         key_pos = jnp.arange(cfg.context)
         mask = key_pos[None, :] <= positions[:, None]
@@ -118,9 +122,9 @@ class FeedbackAttention(nn.Module):
         self.sow("intermediates", "attn_logits", logits)
         weights = jax.nn.softmax(logits, axis=-1)
         if memory is None:
-            out = jnp.einsum("hnk,khm->nhm", weights, values)
+            out = jnp.einsum("hnk,hmk->nhm", weights, values)
         else:
-            out = (jnp.einsum("hnk,khm->nhm", jnp.where(current[None], weights, 0.0), values)
-                   + jnp.einsum("hnk,khm->nhm", jnp.where(current[None], 0.0, weights), mem_values))
+            out = (jnp.einsum("hnk,hmk->nhm", jnp.where(current[None], weights, 0.0), values)
+                   + jnp.einsum("hnk,hmk->nhm", jnp.where(current[None], 0.0, weights), mem_values))
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), name="W_O")(out)
         return out, KVCache(keys=keys, values=values)
