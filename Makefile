@@ -1,6 +1,7 @@
 # Quick start: `make run` (every study at CPU size, then REPORT.md) and `make test`.
 # Each target creates .venv and installs the pinned dependencies when missing (--no-compile: Python
-# compiles the bytecode of the modules it imports on first use, not all of every package: 43 -> 22 s).
+# compiles the bytecode of the modules it imports on first use, not all of every package; the install
+# time is in docs/performance.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
