@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments import checks, configs, distributed, docs, io, jobs, perf_log, registry, report, results, runner
+from experiments import (checks, configs, distributed, docs, estimate, io, jobs, perf_log, registry, report, results,
+                         runner)
 from experiments.provenance import provenance
 
 __all__ = ["main"]
@@ -146,9 +147,23 @@ def _cmd_show(args: argparse.Namespace) -> int:
     try:
         study = _pick(args.study, registry.load_all())
         config, _ = _resolve(study, _request(args), args.config)
+        if args.estimate:
+            estimate.probe_fraction(config, study.cost_fields, args.probe_fraction)  # no valid probe: exit 2 now
     except configs.ConfigError as err:
         return _usage_error(str(err))
-    print(json.dumps(configs.to_json(config), indent=2))
+    if not args.estimate:
+        print(json.dumps(configs.to_json(config), indent=2))
+        return 0
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        est = estimate.estimate(study.name, config, study.cost_fields, args.probe_fraction, progress=progress)
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    from experiments.benchmark import matmul_peak_gflops
+
+    print(estimate.text(study.name, "QUICK" if args.quick else "FULL", est, matmul_peak_gflops(),
+                        perf_log.device_machine()))
     return 0
 
 
@@ -350,6 +365,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("study")
     _config_flags(show)
     show.add_argument("--seeds", type=_positive_int, default=None, help="number of independent seeds")
+    show.add_argument("--estimate", action="store_true",
+                      help="instead: run two scaled-down probes and print the config's expected time and memory")
+    show.add_argument("--probe-fraction", type=float, default=estimate.PROBE_FRACTION, metavar="F",
+                      help=f"with --estimate: the probes' share of each cost field, F and 2F "
+                           f"(default {estimate.PROBE_FRACTION})")
     show.set_defaults(handler=_cmd_show)
     run = sub.add_parser("run", help="run a study (or 'all') and write DIR/STUDY/result.json")
     run.add_argument("study", help="study name, or 'all' for every study")

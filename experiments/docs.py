@@ -108,7 +108,9 @@ def page(study: registry.Study) -> str:
              f"Paper: {PAPERS.get(paper, paper)}. Source: [`{_source(study)}`](../../{_source(study)}).", "",
              "## Command", "", "```", f"{command}        # CPU size, minutes",
              f"python -m experiments run {study.name}                # full size (sized for an accelerator)",
-             f"python -m experiments show {study.name} --quick       # the effective config as JSON", "```", ""]
+             f"python -m experiments show {study.name} --quick       # the effective config as JSON",
+             f"python -m experiments show {study.name} --estimate    # the full size's time and memory, probed",
+             "```", ""]
     notes = []
     if study.seeds_field:
         notes.append(f"`--seeds N` sets `{study.seeds_field}` (independent seeds, vmapped).")
@@ -118,6 +120,8 @@ def page(study: registry.Study) -> str:
     if study.after:
         notes.append("`run all` runs it after " + ", ".join(f"`{a}`" for a in study.after)
                      + ", whose kept models it loads when they match its config.")
+    notes.append("`--estimate` scales " + ", ".join(f"`{f}`" for f in study.cost_fields) + " down in its probes."
+                 if study.cost_fields else "`--estimate` runs the config once: it has no field its cost grows with.")
     if study.bench:
         notes.append(f"`python -m experiments bench {study.name}` times its vectorised program against loops.")
     lines += [*(f"- {n}" for n in notes), ""] if notes else []

@@ -102,6 +102,9 @@ class Study:
     longest ready study first, so the long ones do not end the run.
     ``claims``: the claims ``summarize`` judges (:class:`experiments.checks.Claim`); every
     check a run writes must judge one of them, and the generated study page lists them.
+    ``cost_fields``: dotted config fields the study's work grows in proportion to (training
+    steps, evaluation episodes, sampled sequences); ``show --estimate`` scales them down to
+    probe a config's cost (:mod:`experiments.estimate`).
     """
 
     name: str
@@ -121,6 +124,7 @@ class Study:
     after: tuple[str, ...] = ()
     quick_s: float = 0.0
     claims: tuple[Claim, ...] = ()
+    cost_fields: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.name.count(".") != 1:
@@ -135,6 +139,8 @@ class Study:
         names = [c.name for c in self.claims]
         if len(set(names)) != len(names):
             raise ValueError(f"study {self.name!r}: claims declared twice in {names}")
+        if not all(isinstance(path, str) for path in self.cost_fields) or isinstance(self.cost_fields, str):
+            raise ValueError(f"study {self.name!r}: cost_fields must be a tuple of dotted field names")
         if self.traced and self.compute_sweep is None:
             raise ValueError(f"study {self.name!r}: traced fields need compute_sweep")
 

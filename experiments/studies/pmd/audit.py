@@ -228,6 +228,7 @@ def write(cfg: AuditConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="pmd.audit",
+    cost_fields=("models.actor.num_steps", "models.actor.warmup", "models.critic.num_steps", "models.critic.warmup"),
     summary="PolicyAttention matched audit: exact values of the learned actor's returned policy against PMD (Figure 8)",
     config_type=AuditConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, after=("pmd.learned_actor", "pmd.learned_critic"),

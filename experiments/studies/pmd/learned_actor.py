@@ -269,6 +269,7 @@ def write(cfg: LearnedActorConfig, arrays: dict, summary: Summary, out_dir) -> N
 
 STUDY = register(Study(
     name="pmd.learned_actor",
+    cost_fields=("train.num_steps", "train.warmup"),
     summary="PolicyAttention learned pre-LN actor: row-L1 to five fixed rules, fitted step (Figure 6)",
     config_type=LearnedActorConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(PMD_CLOSEST, SHRINKAGE),

@@ -174,6 +174,7 @@ def write(cfg: LearnedCriticConfig, arrays: dict, summary: Summary, out_dir) -> 
 
 STUDY = register(Study(
     name="pmd.learned_critic",
+    cost_fields=("train.num_steps", "train.warmup"),
     summary="PolicyAttention learned pre-LN critic: held-out TD error against exact one-step targets",
     config_type=LearnedCriticConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(WITHIN_BACKUP,),

@@ -309,6 +309,7 @@ def write(cfg: RepeatedControlConfig, arrays: dict, summary: Summary, out_dir) -
 
 STUDY = register(Study(
     name="pmd.repeated_control",
+    cost_fields=("actor.num_steps", "actor.warmup", "critic.num_steps", "critic.warmup", "n_bootstrap"),
     summary="PolicyAttention learned actors in a 20-round closed loop vs exact PMD at their fitted step (Figure 7)",
     config_type=RepeatedControlConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="runs", after=("pmd.learned_critic",), claims=tuple(RATIO_CLAIMS.values()),

@@ -187,6 +187,7 @@ def write(cfg: StressConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="pmd.stress",
+    cost_fields=("models.actor.num_steps", "models.actor.warmup", "models.critic.num_steps", "models.critic.warmup"),
     summary="PolicyAttention learned stress screen: actor row-L1 and critic TD error per input condition",
     config_type=StressConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, after=("pmd.learned_actor", "pmd.learned_critic"), claims=CLAIMS,

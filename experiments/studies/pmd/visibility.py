@@ -302,6 +302,7 @@ def write(cfg: VisibilityConfig, arrays: dict, summary: Summary, out_dir) -> Non
 
 STUDY = register(Study(
     name="pmd.visibility",
+    cost_fields=("train.num_steps", "train.warmup"),
     summary="PolicyAttention visible vs state-locally masked learned actors: movement under replaced memories",
     config_type=VisibilityConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(READS_OTHERS, MASKED_CLOSER, MASKED_LOSES_LESS),

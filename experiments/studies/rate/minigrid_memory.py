@@ -360,6 +360,7 @@ def write(config: MinigridMemoryStudyConfig, arrays: dict, summary: Summary, out
 
 STUDY = register(Study(
     name="rate.minigrid_memory",
+    cost_fields=("training.num_steps", "training.warmup_steps", "eval_episodes"),
     summary="RATE vs DT/RMT/TrXL on MiniGrid-Memory: online success against corridor size (11 .. 91)",
     config_type=MinigridMemoryStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize,
     write=write, seeds_field="seeds", claims=(TRAIN_CLAIM, OUTSIDE_CLAIM),

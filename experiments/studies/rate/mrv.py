@@ -365,6 +365,7 @@ def write(config: MRVStudyConfig, arrays: dict, summary: Summary, out_dir) -> No
 
 STUDY = register(Study(
     name="rate.mrv",
+    cost_fields=("train.num_steps", "train.warmup_steps", "long_trajectories"),
     summary="MRV in trained RATE: alpha-alignment, the retention bound, cue retention vs RATE-noMRV",
     config_type=MRVStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,

@@ -302,6 +302,7 @@ def write(config: PopgymStudyConfig, arrays: dict, summary: Summary, out_dir) ->
 
 STUDY = register(Study(
     name="rate.popgym",
+    cost_fields=("training.num_steps", "training.warmup_steps", "eval_episodes"),
     summary="RATE vs DT/RMT/TrXL on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
     config_type=PopgymStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(*CLAIMS.values(), MEAN_CLAIM),

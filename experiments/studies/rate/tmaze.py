@@ -401,6 +401,7 @@ def write(config: TMazeStudyConfig, arrays: dict, summary: Summary, out_dir) -> 
 
 STUDY = register(Study(
     name="rate.tmaze",
+    cost_fields=("num_steps", "warmup_steps", "episodes", "eval_slots"),
     summary="RATE vs DT/RMT/TrXL on T-Maze: success against corridor length, memory-noise ablation",
     config_type=TMazeStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,

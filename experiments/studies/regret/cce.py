@@ -332,6 +332,7 @@ def write(config: CCEConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.cce",
+    cost_fields=("attention.num_steps", "transformer.num_steps", "transformer.warmup_steps", "scan_sequences"),
     summary="Sec. 3.4: CCE gap curves of 1-, 2-, 4-layer regret-trained models in weighted RPS self-play, at and off T",
     config_type=CCEConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,

@@ -227,6 +227,7 @@ def write(config: DeepConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.deep",
+    cost_fields=("train.num_steps", "train.warmup_steps", "heldout_sequences", "scan_sequences"),
     summary="Sec. 3.3: 2- and 4-layer causal softmax Transformers on the regret loss, regret on biased sequences",
     config_type=DeepConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,

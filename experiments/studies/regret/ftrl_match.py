@@ -226,6 +226,7 @@ def write(config: MatchConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.ftrl_match",
+    cost_fields=("train.num_steps", "heldout_sequences", "scan_sequences"),
     summary="Sec. 3.2: regret-loss-trained attention vs entropic FTRL, eta_hat vs eta*",
     config_type=MatchConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,

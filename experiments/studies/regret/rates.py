@@ -361,6 +361,7 @@ def write(config: RatesConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.rates",
+    cost_fields=("attention.num_steps", "attention.warmup_steps", "multihead.num_steps", "multihead.warmup_steps", "scan_sequences"),
     summary="Corollaries 1-2: CCE / CE / swap gaps of models trained at each T against T, fitted log-log slope vs -1/2",
     config_type=RatesConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,

@@ -416,6 +416,7 @@ def write(config: ScanConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.stationarity",
+    cost_fields=("num_sequences", "structure_sequences"),
     summary="Theorem 1 / Fig. 1: root eta* of F'(eta) along V=-eta P, eta* sqrt(T) vs d and T",
     config_type=ScanConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,

@@ -272,6 +272,7 @@ def write(config: SteinConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.stein",
+    cost_fields=("num_sequences",),
     summary="Eq. (12) / Prop. 1: Stein vs pathwise F'(eta), its terms T1, T2, and F''(eta*) > 0",
     config_type=SteinConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,

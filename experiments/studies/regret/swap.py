@@ -311,6 +311,7 @@ def write(config: SwapConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.swap",
+    cost_fields=("train.num_steps", "train.warmup_steps", "scan_sequences"),
     summary="Sec. 4.1: swap-loss-trained d-head fixed-point attention vs best-step Blum-Mansour, CE and swap gaps over horizons",
     config_type=SwapConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,

@@ -193,6 +193,7 @@ def write(cfg: AblationConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="uat.ablation",
+    cost_fields=("size.epochs",),
     summary="Table 4/5 ablations of UAT on DarkRoom (no-action ... no-bias)",
     config_type=AblationConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,

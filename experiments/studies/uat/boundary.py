@@ -227,6 +227,7 @@ def write(cfg: BoundaryConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="uat.boundary",
+    cost_fields=("size.epochs",),
     summary="UAT - VT gap as the fed rewards degrade (noise, null, shuffle, sign flip)",
     config_type=BoundaryConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", traced=TRACED, compute_sweep=compute_sweep, claims=CLAIMS,

@@ -231,6 +231,7 @@ def write(cfg: DarkroomConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="uat.darkroom",
+    cost_fields=("size.epochs",),
     summary="UAT vs VT / A-DT / DT-style / GTrXL on DarkRoom, three goal schedules (Table 1 A)",
     config_type=DarkroomConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,

@@ -358,6 +358,7 @@ def write(cfg: MarketsStudyConfig, arrays: dict, summary: Summary, out_dir) -> N
 
 STUDY = register(Study(
     name="uat.markets",
+    cost_fields=("size.epochs",),
     summary="UAT vs VT / A-DT / DT-style / GTrXL on cross-market portfolio allocation, regime gate "
             "(Table 1 C, Figure 3 right)",
     config_type=MarketsStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,

@@ -292,6 +292,7 @@ def write(cfg: MechanismConfig, arrays: dict, summary: Summary, out_dir) -> None
 
 STUDY = register(Study(
     name="uat.mechanism",
+    cost_fields=("size.epochs",),
     summary="attention and recovery of trained UAT vs VT at hidden goal shifts inside a DarkRoom episode (Figure 2)",
     config_type=MechanismConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     seeds_field="seeds", quick_s=30, after=("uat.darkroom",), claims=CLAIMS,

@@ -315,6 +315,7 @@ def write(cfg: RecsysStudyConfig, arrays: dict, summary: Summary, out_dir) -> No
 
 STUDY = register(Study(
     name="uat.recsys",
+    cost_fields=("size.epochs",),
     summary="UAT vs VT / A-DT / DT-style / GTrXL on delayed-feedback recommendation, delay and corruption sweep "
             "(Table 1 D, Figure 1)",
     config_type=RecsysStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,

@@ -332,6 +332,7 @@ def write(cfg: SepsisConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="uat.sepsis",
+    cost_fields=("size.epochs", "iql.steps"),
     summary="UAT vs VT / A-DT / DT-style / GTrXL / TENT / CoTTA on non-stationary sepsis (Table 1 B, Figures 3-4)",
     config_type=SepsisConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,

@@ -216,6 +216,7 @@ def summarize(cfg: TheoryConfig, arrays: dict) -> Summary:
 
 STUDY = register(Study(
     name="uat.theory",
+    cost_fields=("steps",),
     summary="fitted UAT vs VT: imitation-loss separation, feedback sensitivity, null-feedback "
             "zero degradation; Table 6 parameter counts",
     config_type=TheoryConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=None,
