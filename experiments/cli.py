@@ -145,7 +145,7 @@ def _resolve(study: registry.Study, request: runner.Request, config_file: str | 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     try:
-        study = _pick(args.study, registry.load_all())
+        study = _pick(args.study, registry.load(args.study))
         config, _ = _resolve(study, _request(args), args.config)
         if args.estimate:
             estimate.probe_fraction(config, study.cost_fields, args.probe_fraction)  # no valid probe: exit 2 now
@@ -241,7 +241,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 1
     try:
-        studies = registry.load_all()
+        studies = registry.load_all() if args.study == "all" else registry.load(args.study)
         if args.study == "all":
             if args.set or args.config or args.sweep or args.seeds is not None:
                 raise configs.ConfigError("--set, --config, --sweep and --seeds apply to one study, not to 'all'")

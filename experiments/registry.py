@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import pathlib
 import pkgutil
 from typing import Any, Callable, Mapping
@@ -184,6 +185,23 @@ def load_all() -> dict[str, Study]:
     _import_tree(studies)
     _import_tree(benchmarks)
     return dict(sorted(_STUDIES.items()))
+
+
+def load(name: str) -> dict[str, Study]:
+    """The registry with study ``name`` in it, importing as little as that takes: its own module
+    (``experiments.studies.PAPER.STUDY``) when that registers it, else every module (:func:`load_all`,
+    so an unknown name is answered with the full list). A process that runs one study then skips
+    the imports of the others (pandas, scipy.stats, Orbax: seconds per process)."""
+    module = f"{__package__}.studies.{name}"
+    try:
+        found = name.count(".") == 1 and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a name that is no module path
+        found = False
+    if found:
+        importlib.import_module(module)
+        if name in _STUDIES:
+            return dict(sorted(_STUDIES.items()))
+    return load_all()
 
 
 def run_order(chosen: list[Study]) -> list[Study]:

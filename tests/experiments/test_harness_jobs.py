@@ -1,6 +1,7 @@
 """``run all --jobs N`` (experiments.jobs): at most N processes, ``after`` respected, results read back, errors kept."""
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -125,3 +126,17 @@ def test_a_process_past_its_limit_is_killed_and_started_once_more(tmp_path, monk
 def test_quick_limit():
     assert jobs.quick_limit_s(_study("t.a", quick_s=10)) == jobs.HANG_FLOOR_S
     assert jobs.quick_limit_s(_study("t.b", quick_s=100)) == 100 * jobs.HANG_FACTOR
+
+
+def test_one_study_process_imports_only_that_study():
+    """``run STUDY`` loads the registry with registry.load: the study's own module, not the other studies'
+    (their imports, such as pandas for the market and recommendation data, cost seconds per process)."""
+    code = ("import sys; from experiments import registry; found = registry.load('rate.tmaze'); "
+            "print(sorted(found), 'pandas' in sys.modules, 'experiments.studies.uat.darkroom' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['rate.tmaze']", "False", "False"], done.stdout
+
+
+@pytest.mark.parametrize("name", ["nope", "pmd.nope", "../pmd.audit", "pmd..audit"])
+def test_loading_an_unknown_study_loads_every_study(name):
+    assert name not in registry.load(name) and registry.load(name).keys() == registry.load_all().keys()
