@@ -1,18 +1,16 @@
-"""Study pmd.coverage at a tiny size through the CLI: the outputs are complete, kill-and-resume and the
-vmapped eta sweep give the same bytes as a clean run; the summary on synthetic records; the bootstrap.
+"""Study pmd.coverage at a tiny size through the CLI: the outputs are complete, the vmapped eta sweep gives
+the same bytes as a clean run; the summary on synthetic records; the bootstrap.
 
 The CLI runs in subprocesses that share one JAX compilation cache, so the study's program
-(about 10 s to compile on an idle CPU) is compiled once.
+(about 10 s to compile on an idle CPU) is compiled once. Kill and resume of a checkpointed
+``sweep_map``, which this study uses, is tested on ``pmd.reversal`` (tests/experiments/test_pmd_reversal.py).
 """
 import csv
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 
 import jax
 import numpy as np
@@ -21,14 +19,14 @@ import pytest
 from experiments.studies.pmd import coverage as cov
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-# 8 MDPs, one per device and step: two steps on the suite's 4 devices, so a kill can land between them.
+# 8 MDPs, one per device and step: two steps on the suite's 4 devices.
 TINY = ["--quick", "--set", "n_mdps=8", "--set", "rounds=3", "--set", "chunk_size=1", "--set", "n_bootstrap=200"]
 OUTPUTS = ("table.csv", "losses.csv")
 
 
-def _run_cli(jax_cache, out, *extra, prelude=""):
+def _run_cli(jax_cache, out, *extra):
     """``python -m experiments run pmd.coverage TINY --out OUT ...`` in a fresh interpreter."""
-    code = textwrap.dedent(prelude) + "\nimport sys\nfrom experiments.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    code = "import sys\nfrom experiments.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(jax_cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
     return subprocess.Popen([sys.executable, "-c", code, "run", "pmd.coverage", *TINY, "--out", str(out), *extra],
@@ -63,44 +61,15 @@ def _check_outputs(study_dir):
     assert (study_dir / "coverage.png").stat().st_size > 10_000
 
 
-SLOW_SAVES = """
-    import time
-    from experiments import checkpoint
-    _save = checkpoint.ChunkCheckpointer.save
-    def save(self, step, state):
-        _save(self, step, state)
-        self._mngr.wait_until_finished()
-        time.sleep(20.0)
-    checkpoint.ChunkCheckpointer.save = save
-"""
-
-
-def test_cli_run_kill_and_resume_and_eta_sweep(tmp_path):
-    """One test, so that one process compiles the program and the later runs read it from the cache.
-
-    (1) a clean run writes complete outputs; (2) a run killed (SIGKILL) after its first
-    checkpoint and resumed writes the same bytes; (3) the vmapped eta sweep runs every value
-    on the same MDPs, and its eta = 0.8 slice is the clean run, byte for byte.
+def test_cli_run_and_eta_sweep(tmp_path):
+    """One test, so that one process compiles the program and the later run reads it from the cache:
+    (1) a clean run writes complete outputs; (2) the vmapped eta sweep runs every value on the same MDPs,
+    and its eta = 0.8 slice is the clean run, byte for byte.
     """
     cache = tmp_path / "jax_cache"
     _finished(_run_cli(cache, tmp_path / "clean"))
     clean = tmp_path / "clean" / "pmd.coverage"
     _check_outputs(clean)
-
-    proc = _run_cli(cache, tmp_path / "killed", prelude=SLOW_SAVES)
-    ckpt = tmp_path / "killed" / "pmd.coverage" / "ckpt"
-    saved = lambda: [p for p in ckpt.iterdir() if p.name.isdigit()] if ckpt.is_dir() else []
-    deadline = time.time() + 240
-    while not saved() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert proc.poll() is None, proc.stdout.read().decode()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert saved() and not (tmp_path / "killed" / "pmd.coverage" / "result.json").exists()
-    _finished(_run_cli(cache, tmp_path / "killed", "--resume"))
-    for name in OUTPUTS:
-        assert (tmp_path / "killed" / "pmd.coverage" / name).read_bytes() == (clean / name).read_bytes(), name
-    assert not ckpt.exists()
 
     _finished(_run_cli(cache, tmp_path / "sweep", "--sweep", "eta=0.4,0.8"))
     root = tmp_path / "sweep" / "pmd.coverage" / "sweep"
