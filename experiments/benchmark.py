@@ -1,9 +1,17 @@
 """Helpers for ``bench`` functions: timing (compile time apart from run time), XLA's peak
-memory estimate, the matrix-multiply FLOPs of a program and the machine's measured
-matrix-multiply rate."""
+memory estimate and the process's resident peak, the matrix-multiply FLOPs of a program, the
+machine's measured matrix-multiply rate, and a program's time per kind of XLA operation."""
 from __future__ import annotations
 
+import collections
+import gzip
+import json
 import math
+import pathlib
+import re
+import resource
+import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -11,7 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import jaxprs_in_params
 
-__all__ = ["dot_flops", "matmul_peak_gflops", "peak_mb", "time_alternating", "time_call", "time_python"]
+__all__ = ["dot_flops", "matmul_peak_gflops", "op_profile", "peak_mb", "peak_rss_bytes", "time_alternating",
+           "time_call", "time_python"]
 
 
 def _seconds(call: Callable[[], Any]) -> float:
@@ -125,3 +134,44 @@ def matmul_peak_gflops(n: int = 1024, repeats: int = 10) -> float:
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     best = time_call(lambda x, y: x @ y, a, a + 1.0, repeats=repeats)["min_s"]
     return 2 * n**3 / best / 1e9
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far, in bytes (``getrusage``; Linux counts KiB, macOS
+    bytes): the measure of a process that a PyTorch script's memory is usually reported in, and which
+    also holds what compiling took, unlike :func:`peak_mb`."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+_HLO_NAME = re.compile(r"^([a-z][a-z0-9_\-]*?)(\.\d+)?$")
+
+
+def op_profile(call: Callable[[], Any], calls: int = 3, top: int = 12) -> dict[str, float]:
+    """Milliseconds per call of ``call`` (a warmed-up compiled program) spent in each kind of XLA
+    operation, from a ``jax.profiler`` trace of ``calls`` calls: the events named like HLO instructions
+    (``copy.12``, ``transpose.3``, ``dot.7``, ``ynn_fusion.40``), grouped by the name without its number.
+    The ``top`` largest kinds, then ``"other"`` (the rest); on a CPU the operations of one program may
+    run on several threads at once, so the sum can exceed the wall time."""
+    with tempfile.TemporaryDirectory(prefix="op-profile-") as folder:
+        jax.block_until_ready(call())
+        jax.profiler.start_trace(folder)
+        try:
+            for _ in range(calls):
+                jax.block_until_ready(call())
+        finally:
+            jax.profiler.stop_trace()
+        traces = sorted(pathlib.Path(folder).rglob("*.trace.json.gz"))
+        if not traces:
+            raise RuntimeError("jax.profiler wrote no trace")
+        events = json.loads(gzip.decompress(traces[-1].read_bytes()))["traceEvents"]
+    per_kind: collections.Counter = collections.Counter()
+    for e in events:
+        match = _HLO_NAME.match(e.get("name", "")) if e.get("ph") == "X" else None
+        if match:
+            per_kind[match.group(1)] += e["dur"] / 1e3 / calls  # the trace counts microseconds
+    ranked = per_kind.most_common()
+    out = dict(ranked[:top])
+    if len(ranked) > top:
+        out["other"] = sum(ms for _, ms in ranked[top:])
+    return out

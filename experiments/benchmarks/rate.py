@@ -18,6 +18,9 @@ from experiments.studies.rate import tmaze as tmaze_study  # also registers rate
 # block, m = 15, K = 50, N = 3, a batch of 64 trajectories of 150 steps.
 BENCH_MODEL = rate_jax.ModelConfig(segment_len=50, n_layer=10, d_model=64, n_head=4, d_head=32, d_inner=32,
                                    num_mem_tokens=15, mem_len=0, n_head_ca=2)
+AUTHORS_MODEL = dataclasses.replace(BENCH_MODEL, d_inner=0, dropout=0.2)
+"""The authors' own T-Maze configuration: no feed-forward block, dropout 0.2 (the bench's model keeps a
+32-wide feed-forward block and no dropout)."""
 BENCH_SEEDS = 2
 AUTHORS = {"forward_backward_s": 8.3, "forward_backward_median_s": 8.7, "memory_gb": 4.1,
            "eval_seconds_per_env_step_100_episodes": 0.74}
@@ -56,6 +59,23 @@ def _seeds_vmapped_vs_looped(tcfg: rate_jax.TrainConfig, seeds: int, steps: int,
     return {"compile_s": compile_s, "vmapped_s": v, "looped_s": looped, "looped_over_vmapped": looped / v}
 
 
+def _authors_configuration(tcfg: rate_jax.TrainConfig, segs, masks) -> dict:
+    """Forward+backward and forward per batch (best of ``REPEATS``, ms) at ``AUTHORS_MODEL``, a fresh
+    dropout key each call's argument (the same batch ``segs``, ``masks`` as the bench's model)."""
+    cfg = dataclasses.replace(tcfg, model=AUTHORS_MODEL)
+    params = jax.jit(functools.partial(rate_jax.init_state, cfg))(jax.random.PRNGKey(0)).params
+    model = rate_jax.RATE(AUTHORS_MODEL)
+
+    def loss(params, key):
+        return rate_jax.bptt_loss(model, params, segs, masks, key=key)
+
+    key = jax.random.PRNGKey(3)
+    fwd_bwd = benchmark.time_call(jax.value_and_grad(loss), params, key, repeats=REPEATS)
+    fwd = benchmark.time_call(loss, params, key, repeats=REPEATS)
+    return {"forward_backward_ms_per_batch": 1e3 * fwd_bwd["min_s"], "forward_ms_per_batch": 1e3 * fwd["min_s"],
+            "compile_s": fwd_bwd["compile_s"]}
+
+
 def _quick_train_config() -> rate_jax.TrainConfig:
     """``rate.tmaze --quick``'s RATE training config, ``QUICK_STEPS`` steps per timed call."""
     return dataclasses.replace(tmaze_study.QUICK.train_config("RATE"), num_steps=QUICK_STEPS)
@@ -78,7 +98,11 @@ def tmaze(out_dir) -> dict:
     including the per-segment memory write. FLOPs: the matrix multiplies of the forward+backward
     program (:func:`experiments.benchmark.dot_flops`, every scan times its length), against the
     float32 matrix-multiply rate measured on this machine (:func:`experiments.benchmark.matmul_peak_gflops`).
-    Peak memory: XLA's estimate for the compiled program (:func:`experiments.benchmark.peak_mb`).
+    Peak memory: XLA's estimate for the compiled program (:func:`experiments.benchmark.peak_mb`) and the
+    process's resident peak after the forward+backward timings (:func:`experiments.benchmark.peak_rss_bytes`,
+    the measure of the authors' figure; it includes what compiling took). ``profile_ms``: the
+    forward+backward's time per kind of XLA operation (:func:`experiments.benchmark.op_profile`).
+    ``authors_configuration``: forward+backward and forward at ``AUTHORS_MODEL`` (dropout on).
     """
     seeds = BENCH_SEEDS
     tcfg = rate_jax.TrainConfig(model=BENCH_MODEL, num_segments=3, corridor_lengths=(148,), num_train=64,
@@ -96,13 +120,19 @@ def tmaze(out_dir) -> dict:
     _log(f"forward+backward {fwd_bwd}")
     fwd = benchmark.time_call(loss, state.params, repeats=REPEATS)
     _log(f"forward {fwd}")
-    peak = benchmark.peak_mb(jax.jit(grad_fn).lower(state.params).compile()) * 2**20
+    rss = benchmark.peak_rss_bytes()
+    compiled = jax.jit(grad_fn).lower(state.params).compile()
+    peak = benchmark.peak_mb(compiled) * 2**20
+    profile = benchmark.op_profile(lambda: compiled(state.params), calls=1)
+    _log(f"forward+backward per kind of operation, ms: {profile}")
     flops = benchmark.dot_flops(grad_fn, state.params)
     machine = benchmark.matmul_peak_gflops()
     achieved = flops / fwd_bwd["min_s"] / 1e9
     _log(f"forward+backward {flops / 1e9:.1f} GFLOP of matrix multiplies: {achieved:.1f} GFLOP/s, "
          f"{achieved / machine:.0%} of the measured {machine:.1f} GFLOP/s; peak {peak / 2**30:.2f} GiB")
     num_params = int(sum(x.size for x in jax.tree.leaves(state.params)))
+    authors = _authors_configuration(tcfg, segs, masks)
+    _log(f"the authors' configuration (no feed-forward block, dropout 0.2): {authors}")
 
     steps = BENCH_MODEL.segment_len
     evaluate = rate_jax.make_evaluate(BENCH_MODEL, steps)
@@ -122,6 +152,9 @@ def tmaze(out_dir) -> dict:
         "compile_s": {"forward_backward": fwd_bwd["compile_s"], "forward": fwd["compile_s"],
                       "evaluate": ev["compile_s"], "train_step_vmapped": authors_seeds["compile_s"]},
         "peak_memory_bytes_forward_backward": peak,
+        "peak_rss_bytes_after_forward_backward": rss,
+        "profile_ms": profile,
+        "authors_configuration": authors,
         "forward_backward_dot_gflop": flops / 1e9,
         "forward_backward_gflops_per_s": achieved,
         "machine_matmul_gflops_per_s": machine,

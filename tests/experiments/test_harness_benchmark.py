@@ -5,6 +5,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from experiments import benchmark, provenance
@@ -82,3 +83,22 @@ def test_dot_flops_counts_products_batches_scans_and_gradients():
     assert dot_flops(nested, a) == 3 * 2 * 2 * 64 * 32 * 32
     with pytest.raises(ValueError, match="while loop"):
         dot_flops(lambda x: jax.lax.while_loop(lambda c: c.sum() < 0, lambda c: c @ w, x), a)
+
+
+def test_op_profile_groups_a_programs_operations_by_kind():
+    """A product, a tanh and a transpose: every kind named like an HLO instruction without its number, each
+    positive; with top=1 the rest is one "other" entry."""
+    a = jnp.ones((128, 128))
+    f = jax.jit(lambda a: jnp.tanh(a @ a).T @ a + 1.0)
+    full = benchmark.op_profile(lambda: f(a), calls=2, top=50)
+    assert full and all(v > 0 and not any(c.isdigit() for c in k.split("_")[-1]) for k, v in full.items()), full
+    assert list(full.values()) == sorted(full.values(), reverse=True)
+    short = benchmark.op_profile(lambda: f(a), calls=1, top=1)
+    assert len(short) <= 2 and (len(full) == 1 or "other" in short)
+
+
+def test_peak_rss_counts_bytes_held_at_once():
+    """A block larger than the peak so far, written, raises the peak past its size (in bytes, not KiB)."""
+    size = benchmark.peak_rss_bytes() + 128 * 2**20
+    block = np.ones(size // 8)
+    assert benchmark.peak_rss_bytes() >= size and block[-1] == 1.0
