@@ -156,7 +156,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        est = estimate.estimate(study.name, config, study.cost_fields, args.probe_fraction, progress=progress)
+        est = estimate.estimate(study.name, config, study.cost_fields, args.probe_fraction, quick=args.quick,
+                                progress=progress)
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -10,7 +10,8 @@ where a study requires more steps or sequences than that leaves, the least power
 its step count) and every ``chunks`` field set to 1 (how often a run checkpoints does not
 change its work). Every other field keeps its value, so the probe compiles and runs the
 programs of the config itself, with its model sizes, batch sizes, seeds and grids. Each probe
-runs as ``python -m experiments run STUDY --config PROBE.json`` in its own process and its own
+runs as ``python -m experiments run STUDY --config PROBE.json`` (with ``--quick`` for a quick config, which
+compiles faster: ``experiments.compile_flags``) in its own process and its own
 results folder (no compilation cache shared between the two), timed from start to exit, its
 peak resident memory read from the operating system (``os.wait4``).
 
@@ -150,12 +151,14 @@ def fit(probes: Sequence[Probe]) -> tuple[float, float, float]:
     return a, b, max(rss, float(max(m1, m2)))
 
 
-def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path) -> Probe:
-    """Run ``study`` at ``config`` in a child process (results in ``folder``): its wall time and peak RSS."""
+def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path, quick: bool = False) -> Probe:
+    """Run ``study`` at ``config`` in a child process (results in ``folder``): its wall time and peak RSS.
+    ``quick``: compile as ``run --quick`` does (``experiments.compile_flags``), for a quick config's probes."""
     folder.mkdir(parents=True, exist_ok=True)
     config_file = folder / "probe.json"
     config_file.write_text(json.dumps(configs.to_json(config)))
-    argv = [sys.executable, "-m", "experiments", "run", study, "--config", str(config_file), "--out", str(folder)]
+    argv = [sys.executable, "-m", "experiments", "run", study, *(["--quick"] if quick else []),
+            "--config", str(config_file), "--out", str(folder)]
     with open(folder / "probe.log", "w") as log:
         t0 = time.perf_counter()
         child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -169,10 +172,10 @@ def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path) ->
 
 
 def estimate(study: str, config: Any, cost_fields: Sequence[str], fraction: float = PROBE_FRACTION,
-             runner: Callable[[str, Any, float, pathlib.Path], Probe] | None = None,
+             quick: bool = False, runner: Callable[[str, Any, float, pathlib.Path, bool], Probe] | None = None,
              progress: Callable[[str], None] = lambda line: None) -> Estimate:
     """Measure the probes of ``config`` (two, or one run of ``config`` itself without cost fields) and fit
-    them. ``runner`` (default :func:`run_probe`) runs one probe."""
+    them. ``runner`` (default :func:`run_probe`) runs one probe; ``quick``: ``config`` is a quick one."""
     runner = runner or run_probe
     if cost_fields:
         fraction = probe_fraction(config, cost_fields, fraction)
@@ -182,7 +185,7 @@ def estimate(study: str, config: Any, cost_fields: Sequence[str], fraction: floa
         for i, f in enumerate(fractions):
             probe = probe_config(config, cost_fields, f) if cost_fields else config
             progress(f"probe {i + 1}/{len(fractions)}: {study} with its cost fields at f = {f:g}")
-            probes.append(runner(study, probe, f, pathlib.Path(tmp) / f"probe{i}"))
+            probes.append(runner(study, probe, f, pathlib.Path(tmp) / f"probe{i}", quick))
             progress(f"  {probes[-1].wall_s:.1f} s, peak RSS {probes[-1].rss_bytes / 2**30:.2f} GiB")
     first = probe_config(config, cost_fields, fraction) if cost_fields else config
     shown = {p: (configs.getattr_path(config, p), configs.getattr_path(first, p)) for p in cost_fields}

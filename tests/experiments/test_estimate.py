@@ -64,7 +64,7 @@ def test_fit_recovers_a_planted_line():
 def test_estimate_extrapolates_planted_costs():
     """A runner whose time is 5 s + 2 ms per step + 40 ms per episode: the estimate of the whole config is exact
     where the probes' rounding is (0.02 and 0.04 of 1000 steps and of 100 + 50 episodes are whole)."""
-    def runner(study, config, fraction, folder):
+    def runner(study, config, fraction, folder, quick):
         work = 0.002 * config.train.num_steps + 0.04 * sum(config.episodes)
         return estimate.Probe(fraction, 5.0 + work, 2**30)
 
@@ -103,23 +103,26 @@ def test_a_real_probe_runs_the_study(tmp_path):
     study = registry.load_all()["regret.stein"]
     config = configs.apply(study.quick, [("ds", [2]), ("Ts", [10]), ("num_sequences", 600), ("num_kappas", 8),
                                          ("chunk_size", 300)])
-    probe = estimate.run_probe("regret.stein", config, 1.0, tmp_path)
+    probe = estimate.run_probe("regret.stein", config, 1.0, tmp_path, quick=True)
     assert probe.wall_s > 0 and 50 * 2**20 < probe.rss_bytes < 16 * 2**30
     result = json.loads((tmp_path / "regret.stein" / "result.json").read_text())
-    assert result["config"]["num_sequences"] == 600 and result["config"]["ds"] == [2] and not result["quick"]
+    assert result["config"]["num_sequences"] == 600 and result["config"]["ds"] == [2] and result["quick"]
 
 
 def test_cli_prints_the_estimate(monkeypatch, capsys):
     seen = []
 
-    def runner(study, config, fraction, folder):
-        seen.append((study, config.num_sequences, fraction))
+    def runner(study, config, fraction, folder, quick):
+        seen.append((study, config.num_sequences, fraction, quick))
         return estimate.Probe(fraction, 10.0 + 100.0 * fraction, 2**30)
 
     monkeypatch.setattr(estimate, "run_probe", runner)
     assert cli.main(["show", "regret.stein", "--estimate"]) == 0
     out = capsys.readouterr().out
-    assert seen == [("regret.stein", 800, 0.02), ("regret.stein", 1600, 0.04)]  # FULL: 40,000 sequences
+    assert seen == [("regret.stein", 800, 0.02, False), ("regret.stein", 1600, 0.04, False)]  # FULL: 40,000
+    seen.clear()
+    assert cli.main(["show", "regret.stein", "--quick", "--estimate"]) == 0
+    assert seen[0][1:] == (960, 0.16, True)  # QUICK: 6,000 sequences, at least 500 in a probe; compiled as --quick
     assert out.startswith("regret.stein (FULL): estimated") and "num_sequences 40000 -> 800" in out
     assert "110 s (fixed 10 s + scaling 100 s)" in out
 
