@@ -4,12 +4,13 @@ from its matrix-multiply rate.
 
 The probes. A study declares its ``cost_fields`` (:class:`experiments.registry.Study`): the
 config fields its work grows in proportion to (training steps, evaluation episodes, sampled
-sequences). A probe is the config with every cost field multiplied by a fraction ``f`` (2% or,
-where a study requires more steps or sequences than that leaves, the least power of 2 times it)
-(rounded up, at least 1; a tuple elementwise; a warm-up field rounded down, so it stays below
-its step count) and every ``chunks`` field set to 1 (how often a run checkpoints does not
+sequences). A probe is the config with every cost field multiplied by a fraction ``f``, rounded
+up to at least 1 (a tuple elementwise; a warm-up field rounded down, so it stays below its step
+count), and every ``chunks`` field set to 1 (how often a run checkpoints does not
 change its work). Every other field keeps its value, so the probe compiles and runs the
-programs of the config itself, with its model sizes, batch sizes, seeds and grids. Each probe
+programs of the config itself, with its model sizes, batch sizes, seeds and grids. ``f`` is 2%,
+or where a study requires more steps or sequences than that leaves, the least ``2^k`` times 2%
+that it accepts (:func:`probe_fraction`). Each probe
 runs as ``python -m experiments run STUDY --config PROBE.json`` (with ``--quick`` for a quick config, which
 compiles faster: ``experiments.compile_flags``) in its own process and its own
 results folder (no compilation cache shared between the two), timed from start to exit, its
@@ -19,15 +20,17 @@ The fit. Wall time ``t(f) = a + b f``: ``a`` the work that does not scale (start
 compiling, the fixed part of evaluation), ``b`` the work of the cost fields at ``f = 1``. Two
 probes at ``f`` and ``2 f`` give ``b = (t2 - t1) / f`` and ``a = 2 t1 - t2``; the estimate is
 ``t(1) = a + b``. Peak memory is fitted the same way (it grows with the cost fields that size
-arrays, such as evaluation episodes, and not with step counts). A study without cost fields is
-run once: its config is the probe and the time is measured, not extrapolated. Rounding makes
-the probe's real fraction of a small field larger than ``f``, which biases ``b`` low; the
-printed table names every scaled field with its probe values.
+arrays, such as evaluation episodes or sequences, and not with step counts); where a study
+processes such a field in chunks of a fixed size, its memory stops growing at the chunk size and
+the line overstates it: read it as an upper bound. A study without cost fields is
+run once: its config is the probe and the time is measured, not extrapolated. Rounding up makes
+a small field's probe value more than ``f`` times its value, so the line places a little of that
+field's cost wrongly; the printed estimate names every scaled field with its first probe's value.
 
 The GPU figure. The scaling part ``b`` is carried to a GPU at the ratio of the two machines'
 float32 matrix-multiply rates: this machine's measured now (:func:`experiments.benchmark.matmul_peak_gflops`),
 the GPU's from ``GPUS``. It assumes the program reaches the same fraction of the GPU's rate as
-of this CPU's: ``bench rate.tmaze`` measured 51% on an H200 against 30% on 2 CPU cores, while
+of this CPU's: ``bench rate.tmaze`` measured 51% on an H200 against 19-30% on 2 CPU cores, while
 a small model (a few thousand parameters, a batch of 16) reaches a far smaller fraction of a GPU
 and is launch-bound, so for the small studies the figure is optimistic. The fixed part ``a``
 (mostly compiling, which runs on the host CPU) is carried over unchanged.
@@ -47,7 +50,8 @@ from typing import Any, Callable, Sequence
 
 from experiments import configs
 
-__all__ = ["GPUS", "Estimate", "Probe", "estimate", "fit", "probe_config", "scaled_fields", "text"]
+__all__ = ["GPUS", "PROBE_FRACTION", "Estimate", "Probe", "estimate", "fit", "probe_config", "probe_fraction",
+           "run_probe", "scaled_fields", "text"]
 
 # float32 matrix-multiply rate, TFLOP/s. H200: 1024 x 1024 float32 products measured by this suite's
 # `matmul_peak_gflops` on 2026-12-04 (docs/performance.md). H100: the same GH100 compute units (its

@@ -191,7 +191,7 @@ def load(name: str) -> dict[str, Study]:
     """The registry with study ``name`` in it, importing as little as that takes: its own module
     (``experiments.studies.PAPER.STUDY``) when that registers it, else every module (:func:`load_all`,
     so an unknown name is answered with the full list). A process that runs one study then skips
-    the imports of the others (pandas, scipy.stats, Orbax: seconds per process)."""
+    the imports of the others (pandas and TA-Lib for the market data, among others: seconds per process)."""
     module = f"{__package__}.studies.{name}"
     try:
         found = name.count(".") == 1 and importlib.util.find_spec(module) is not None

@@ -60,8 +60,8 @@ def _seeds_vmapped_vs_looped(tcfg: rate_jax.TrainConfig, seeds: int, steps: int,
 
 
 def _authors_configuration(tcfg: rate_jax.TrainConfig, segs, masks) -> dict:
-    """Forward+backward and forward per batch (best of ``REPEATS``, ms) at ``AUTHORS_MODEL``, a fresh
-    dropout key each call's argument (the same batch ``segs``, ``masks`` as the bench's model)."""
+    """Forward+backward and forward per batch (best of ``REPEATS``, ms) at ``AUTHORS_MODEL`` on the bench
+    model's batch ``segs``, ``masks``, dropout drawn from one key passed as an argument (so it is traced)."""
     cfg = dataclasses.replace(tcfg, model=AUTHORS_MODEL)
     params = jax.jit(functools.partial(rate_jax.init_state, cfg))(jax.random.PRNGKey(0)).params
     model = rate_jax.RATE(AUTHORS_MODEL)
