@@ -23,6 +23,7 @@ import dataclasses
 import os
 import json
 import pathlib
+import signal
 import sys
 import time
 import traceback
@@ -155,12 +156,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps(configs.to_json(config), indent=2))
         return 0
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    # SIGTERM (a time limit) as SystemExit, so that the running probe is killed too (estimate.run_probe)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         est = estimate.estimate(study.name, config, study.cost_fields, args.probe_fraction, quick=args.quick,
                                 progress=progress)
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     from experiments.benchmark import matmul_peak_gflops
 
     print(estimate.text(study.name, "QUICK" if args.quick else "FULL", est, matmul_peak_gflops(),

@@ -166,7 +166,12 @@ def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path, qu
     with open(folder / "probe.log", "w") as log:
         t0 = time.perf_counter()
         child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
+        try:
+            _, status, usage = os.wait4(child.pid, 0)
+        except BaseException:  # interrupted (Ctrl-C; SIGTERM, which `show` raises as SystemExit): the probe must not outlive us
+            child.kill()
+            child.wait()
+            raise
         wall = time.perf_counter() - t0
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode not in (0, 1):  # 1: a check failed, which a probe's few steps may well do

@@ -2,6 +2,7 @@
 fit on planted times, one real probe run, and the command's output and bad input."""
 import dataclasses
 import json
+import subprocess
 
 import pytest
 
@@ -107,6 +108,24 @@ def test_a_real_probe_runs_the_study(tmp_path):
     assert probe.wall_s > 0 and 50 * 2**20 < probe.rss_bytes < 16 * 2**30
     result = json.loads((tmp_path / "regret.stein" / "result.json").read_text())
     assert result["config"]["num_sequences"] == 600 and result["config"]["ds"] == [2] and result["quick"]
+
+
+def test_an_interrupted_probe_kills_its_process(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, which ``show`` raises as SystemExit) while a probe runs: the probe's process ends too."""
+    children, real_popen = [], subprocess.Popen
+
+    def popen(argv, **kw):
+        children.append(real_popen(["sleep", "60"], **kw))
+        return children[-1]
+
+    def interrupted(pid, options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(estimate.subprocess, "Popen", popen)
+    monkeypatch.setattr(estimate.os, "wait4", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        estimate.run_probe("regret.stein", registry.load_all()["regret.stein"].quick, 1.0, tmp_path)
+    assert children[0].returncode is not None  # killed and reaped, not left running
 
 
 def test_cli_prints_the_estimate(monkeypatch, capsys):
