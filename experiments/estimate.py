@@ -156,27 +156,26 @@ def fit(probes: Sequence[Probe]) -> tuple[float, float, float]:
 
 
 def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path, quick: bool = False) -> Probe:
-    """Run ``study`` at ``config`` in a child process (results in ``folder``): its wall time and peak RSS.
+    """Run ``study`` at ``config`` in a child process (results in ``folder``, its output on stderr): its wall
+    time and peak RSS.
     ``quick``: compile as ``run --quick`` does (``experiments.compile_flags``), for a quick config's probes."""
     folder.mkdir(parents=True, exist_ok=True)
     config_file = folder / "probe.json"
     config_file.write_text(json.dumps(configs.to_json(config)))
     argv = [sys.executable, "-m", "experiments", "run", study, *(["--quick"] if quick else []),
             "--config", str(config_file), "--out", str(folder)]
-    with open(folder / "probe.log", "w") as log:
-        t0 = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _, status, usage = os.wait4(child.pid, 0)
-        except BaseException:  # interrupted (Ctrl-C; SIGTERM, which `show` raises as SystemExit): the probe must not outlive us
-            child.kill()
-            child.wait()
-            raise
-        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=2, stderr=subprocess.STDOUT)  # its progress, on our stderr
+    try:
+        _, status, usage = os.wait4(child.pid, 0)
+    except BaseException:  # interrupted (Ctrl-C; SIGTERM, which `show` raises as SystemExit): the probe must not outlive us
+        child.kill()
+        child.wait()
+        raise
+    wall = time.perf_counter() - t0
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode not in (0, 1):  # 1: a check failed, which a probe's few steps may well do
-        tail = (folder / "probe.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
-        raise RuntimeError(f"probe of {study} at f = {fraction:g} exited {child.returncode}: {tail[0]}")
+        raise RuntimeError(f"probe of {study} at f = {fraction:g} exited {child.returncode} (its output is above)")
     return Probe(fraction, wall, usage.ru_maxrss * 1024)  # Linux reports kibibytes
 
 

@@ -128,6 +128,18 @@ def test_an_interrupted_probe_kills_its_process(tmp_path, monkeypatch):
     assert children[0].returncode is not None  # killed and reaped, not left running
 
 
+def test_a_probe_that_errs_is_an_error_a_failed_check_is_not(tmp_path, monkeypatch):
+    real_popen = subprocess.Popen
+    for code in (0, 1, 2, 3):
+        monkeypatch.setattr(estimate.subprocess, "Popen", lambda argv, code=code, **kw: real_popen(["sh", "-c", f"exit {code}"], **kw))
+        study = registry.load_all()["regret.stein"]
+        if code in (0, 1):  # 1: a check failed, which a probe of a few steps may well do
+            assert estimate.run_probe("regret.stein", study.quick, 1.0, tmp_path).wall_s > 0
+        else:
+            with pytest.raises(RuntimeError, match=f"exited {code}"):
+                estimate.run_probe("regret.stein", study.quick, 1.0, tmp_path)
+
+
 def test_cli_prints_the_estimate(monkeypatch, capsys):
     seen = []
 
