@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import jaxprs_in_params
 
-__all__ = ["dot_flops", "matmul_peak_gflops", "op_profile", "peak_mb", "peak_rss_bytes", "time_alternating",
+__all__ = ["dot_flops", "matmul_peak_gflops", "maxrss_bytes", "op_profile", "peak_mb", "peak_rss_bytes", "time_alternating",
            "time_call", "time_python"]
 
 
@@ -136,12 +136,16 @@ def matmul_peak_gflops(n: int = 1024, repeats: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """``getrusage``'s ``ru_maxrss`` in bytes: Linux counts KiB, macOS bytes."""
+    return int(ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024)
+
+
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far, in bytes (``getrusage``; Linux counts KiB, macOS
-    bytes): the measure of a process that a PyTorch script's memory is usually reported in, and which
-    also holds what compiling took, unlike :func:`peak_mb`."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    """This process's peak resident memory so far, in bytes (``getrusage``): the measure of a process
+    that a PyTorch script's memory is usually reported in, and which also holds what compiling took,
+    unlike :func:`peak_mb`."""
+    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 _HLO_NAME = re.compile(r"^([a-z][a-z0-9_\-]*?)(\.\d+)?$")

@@ -48,7 +48,7 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-from experiments import configs
+from experiments import benchmark, configs, perf_log
 
 __all__ = ["GPUS", "PROBE_FRACTION", "Estimate", "Probe", "estimate", "fit", "probe_config", "probe_fraction",
            "run_probe", "scaled_fields", "text"]
@@ -176,7 +176,7 @@ def run_probe(study: str, config: Any, fraction: float, folder: pathlib.Path, qu
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode not in (0, 1):  # 1: a check failed, which a probe's few steps may well do
         raise RuntimeError(f"probe of {study} at f = {fraction:g} exited {child.returncode} (its output is above)")
-    return Probe(fraction, wall, usage.ru_maxrss * 1024)  # Linux reports kibibytes
+    return Probe(fraction, wall, benchmark.maxrss_bytes(usage.ru_maxrss))
 
 
 def estimate(study: str, config: Any, cost_fields: Sequence[str], fraction: float = PROBE_FRACTION,
@@ -200,14 +200,6 @@ def estimate(study: str, config: Any, cost_fields: Sequence[str], fraction: floa
     return Estimate(tuple(probes), *fit(probes), scaled=shown)
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def text(study: str, preset: str, est: Estimate, cpu_gflops: float, machine: str) -> str:
     """The printed estimate: the scaled fields, the probes, this machine's figure and each GPU's."""
     lines = [f"{study} ({preset}): estimated wall time and peak memory"]
@@ -217,12 +209,12 @@ def text(study: str, preset: str, est: Estimate, cpu_gflops: float, machine: str
     for p in est.probes:
         lines.append(f"  probe at f = {p.fraction:g}: {p.wall_s:.1f} s, peak RSS {p.rss_bytes / 2**30:.2f} GiB")
     how = ("measured: the config itself ran" if not est.scaled
-           else f"fixed {_duration(est.fixed_s)} + scaling {_duration(est.scaling_s)}")
+           else f"fixed {perf_log.duration(est.fixed_s)} + scaling {perf_log.duration(est.scaling_s)}")
     lines.append(f"  this machine ({machine}, {cpu_gflops:.0f} GFLOP/s float32 products): "
-                 f"{_duration(est.wall_s)} ({how}), peak RSS {est.rss_bytes / 2**30:.2f} GiB")
+                 f"{perf_log.duration(est.wall_s)} ({how}), peak RSS {est.rss_bytes / 2**30:.2f} GiB")
     for gpu, tflops in GPUS.items():
         gpu_s = est.fixed_s + est.scaling_s * cpu_gflops / (tflops * 1e3)
-        lines.append(f"  1 x {gpu} ({tflops:g} TFLOP/s float32 products): about {_duration(gpu_s)} "
+        lines.append(f"  1 x {gpu} ({tflops:g} TFLOP/s float32 products): about {perf_log.duration(gpu_s)} "
                      f"if it reached this CPU's fraction of that rate (optimistic for small models); "
                      f"memory as above")
     return "\n".join(lines)

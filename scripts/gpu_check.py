@@ -34,6 +34,7 @@ CHILD_ENV = dict(os.environ)
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 from experiments import perf_log, registry, runner  # noqa: E402
+from experiments.provenance import git_sha, worktree  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = pathlib.Path(args.out)
     rows, skipped = execute(steps, args.budget_s, args.min_step_s, _subprocess_call, out, args.perf_log)
-    perf_log.append(rows, _device(), perf_log.commit({"git": _head()}), pathlib.Path(args.perf_log))
+    commit = perf_log.commit({"git": git_sha(), "worktree": worktree()})
+    perf_log.append(rows, _device(), commit, pathlib.Path(args.perf_log))
     for measure, value in rows:
         print(f"{measure}: {value}")
     if skipped:
@@ -136,11 +138,6 @@ def _device() -> str:
     code = "from experiments import perf_log; print(perf_log.device_machine())"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True)
     return done.stdout.strip() or "unknown machine"
-
-
-def _head() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -73,9 +73,9 @@ def test_estimate_extrapolates_planted_costs():
     assert est.wall_s == pytest.approx(5.0 + 0.002 * 1000 + 0.04 * 150)
     assert est.scaled["train.num_steps"] == (1000, 20) and est.scaled["episodes"] == ((100, 50), (2, 1))
     text = estimate.text("toy", "FULL", est, cpu_gflops=187.0, machine="2 CPU cores")
-    assert "this machine (2 CPU cores, 187 GFLOP/s" in text and "13 s (fixed 5 s + scaling 8 s)" in text
+    assert "this machine (2 CPU cores, 187 GFLOP/s" in text and "13.0 s (fixed 5.0 s + scaling 8.0 s)" in text
     # the scaling part at the GPU's rate: 8 s x 187 / 18,700 = 0.08 s, plus the fixed 5 s
-    assert "1 x H100 (18.7 TFLOP/s float32 products): about 5 s" in text
+    assert "1 x H100 (18.7 TFLOP/s float32 products): about 5.1 s" in text
 
 
 @pytest.mark.parametrize("preset", ["quick", "full"])
@@ -155,7 +155,7 @@ def test_cli_prints_the_estimate(monkeypatch, capsys):
     assert cli.main(["show", "regret.stein", "--quick", "--estimate"]) == 0
     assert seen[0][1:] == (960, 0.16, True)  # QUICK: 6,000 sequences, at least 500 in a probe; compiled as --quick
     assert out.startswith("regret.stein (FULL): estimated") and "num_sequences 40000 -> 800" in out
-    assert "110 s (fixed 10 s + scaling 100 s)" in out
+    assert "1 min 50 s (fixed 10.0 s + scaling 1 min 40 s)" in out
 
 
 @pytest.mark.parametrize("fraction", ["0", "1.5"])
