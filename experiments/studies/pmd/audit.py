@@ -233,4 +233,5 @@ STUDY = register(Study(
     config_type=AuditConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, after=("pmd.learned_actor", "pmd.learned_critic"),
     claims=(BELOW_IDEAL, LOW_LOSES_MORE, RANK_WEAK, TOP_GAIN),
+    quick_s=20,
 ))

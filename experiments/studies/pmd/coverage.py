@@ -445,4 +445,5 @@ STUDY = register(Study(
     config_type=CoverageConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, traced=TRACED, compute_sweep=compute_sweep,
     claims=(ON_POLICY_WORSE, GAP_SHRINKS, CARRY_NEAR, EXACT_NEAR, BALANCED_SMALL, BOUND_HOLDS, ROUTING_ENVELOPE),
+    quick_s=20,
 ))

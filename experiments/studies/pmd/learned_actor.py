@@ -273,5 +273,5 @@ STUDY = register(Study(
     summary="PolicyAttention learned pre-LN actor: row-L1 to five fixed rules, fitted step (Figure 6)",
     config_type=LearnedActorConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(PMD_CLOSEST, SHRINKAGE),
-    quick_s=140,
+    quick_s=60,
 ))

@@ -179,5 +179,5 @@ STUDY = register(Study(
     summary="PolicyAttention learned pre-LN critic: held-out TD error against exact one-step targets",
     config_type=LearnedCriticConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(WITHIN_BACKUP,),
-    quick_s=210,
+    quick_s=125,
 ))

@@ -313,5 +313,5 @@ STUDY = register(Study(
     summary="PolicyAttention learned actors in a 20-round closed loop vs exact PMD at their fitted step (Figure 7)",
     config_type=RepeatedControlConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="runs", after=("pmd.learned_critic",), claims=tuple(RATIO_CLAIMS.values()),
-    quick_s=120,
+    quick_s=65,
 ))

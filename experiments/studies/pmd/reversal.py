@@ -285,4 +285,5 @@ STUDY = register(Study(
     config_type=ReversalConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, traced=TRACED, compute_sweep=compute_sweep,
     claims=(NEGATIVE_UNMASKED, NEGATIVE_MASKED, CLOSED_FORM, IDENTITY, SIGN_LAW, MASKED_GAIN, PUBLISHED),
+    quick_s=2,
 ))

@@ -481,4 +481,5 @@ STUDY = register(Study(
     config_type=SurfaceConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None,
     claims=(EXACT_LAW, EXACT_LAW_GRID, TILT_LAW, LEAK_LAW, SINGLE_CROSSING, LEAK_POINT),
+    quick_s=3,
 ))

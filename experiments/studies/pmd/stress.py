@@ -191,4 +191,5 @@ STUDY = register(Study(
     summary="PolicyAttention learned stress screen: actor row-L1 and critic TD error per input condition",
     config_type=StressConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, after=("pmd.learned_actor", "pmd.learned_critic"), claims=CLAIMS,
+    quick_s=25,
 ))

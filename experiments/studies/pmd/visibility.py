@@ -306,4 +306,5 @@ STUDY = register(Study(
     summary="PolicyAttention visible vs state-locally masked learned actors: movement under replaced memories",
     config_type=VisibilityConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(READS_OTHERS, MASKED_CLOSER, MASKED_LOSES_LESS),
+    quick_s=30,
 ))

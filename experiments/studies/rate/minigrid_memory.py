@@ -364,5 +364,5 @@ STUDY = register(Study(
     summary="RATE vs DT/RMT/TrXL on MiniGrid-Memory: online success against corridor size (11 .. 91)",
     config_type=MinigridMemoryStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize,
     write=write, seeds_field="seeds", claims=(TRAIN_CLAIM, OUTSIDE_CLAIM),
-    quick_s=260,
+    quick_s=300,
 ))

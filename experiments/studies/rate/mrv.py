@@ -369,5 +369,5 @@ STUDY = register(Study(
     summary="MRV in trained RATE: alpha-alignment, the retention bound, cue retention vs RATE-noMRV",
     config_type=MRVStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
-    quick_s=105,
+    quick_s=60,
 ))

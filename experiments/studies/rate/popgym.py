@@ -306,5 +306,5 @@ STUDY = register(Study(
     summary="RATE vs DT/RMT/TrXL on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
     config_type=PopgymStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=(*CLAIMS.values(), MEAN_CLAIM),
-    quick_s=150,
+    quick_s=185,
 ))

@@ -405,5 +405,5 @@ STUDY = register(Study(
     summary="RATE vs DT/RMT/TrXL on T-Maze: success against corridor length, memory-noise ablation",
     config_type=TMazeStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
-    quick_s=160,
+    quick_s=145,
 ))

@@ -231,5 +231,5 @@ STUDY = register(Study(
     summary="Sec. 3.3: 2- and 4-layer causal softmax Transformers on the regret loss, regret on biased sequences",
     config_type=DeepConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,
-    quick_s=90,
+    quick_s=85,
 ))

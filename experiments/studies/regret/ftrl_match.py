@@ -230,4 +230,5 @@ STUDY = register(Study(
     summary="Sec. 3.2: regret-loss-trained attention vs entropic FTRL, eta_hat vs eta*",
     config_type=MatchConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,
+    quick_s=15,
 ))

@@ -356,4 +356,5 @@ STUDY = register(Study(
     summary="Continuous-time limit kappa*_inf(d) of sqrt(T) eta* (docs/regret.md §5.7) against kappa*(d, T) and sqrt(2 ln d)",
     config_type=LimitConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,
+    quick_s=15,
 ))

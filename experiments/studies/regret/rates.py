@@ -365,4 +365,5 @@ STUDY = register(Study(
     summary="Corollaries 1-2: CCE / CE / swap gaps of models trained at each T against T, fitted log-log slope vs -1/2",
     config_type=RatesConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,
+    quick_s=12,
 ))

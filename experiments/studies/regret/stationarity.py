@@ -420,4 +420,5 @@ STUDY = register(Study(
     summary="Theorem 1 / Fig. 1: root eta* of F'(eta) along V=-eta P, eta* sqrt(T) vs d and T",
     config_type=ScanConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,
+    quick_s=30,
 ))

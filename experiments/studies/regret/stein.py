@@ -276,4 +276,5 @@ STUDY = register(Study(
     summary="Eq. (12) / Prop. 1: Stein vs pathwise F'(eta), its terms T1, T2, and F''(eta*) > 0",
     config_type=SteinConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,
+    quick_s=25,
 ))

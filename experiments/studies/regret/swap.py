@@ -315,4 +315,5 @@ STUDY = register(Study(
     summary="Sec. 4.1: swap-loss-trained d-head fixed-point attention vs best-step Blum-Mansour, CE and swap gaps over horizons",
     config_type=SwapConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="num_seeds", claims=CLAIMS,
+    quick_s=30,
 ))

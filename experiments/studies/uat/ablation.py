@@ -197,5 +197,5 @@ STUDY = register(Study(
     summary="Table 4/5 ablations of UAT on DarkRoom (no-action ... no-bias)",
     config_type=AblationConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
-    quick_s=130,
+    quick_s=120,
 ))

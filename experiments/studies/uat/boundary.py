@@ -231,5 +231,5 @@ STUDY = register(Study(
     summary="UAT - VT gap as the fed rewards degrade (noise, null, shuffle, sign flip)",
     config_type=BoundaryConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", traced=TRACED, compute_sweep=compute_sweep, claims=CLAIMS,
-    quick_s=135,
+    quick_s=115,
 ))

@@ -363,5 +363,5 @@ STUDY = register(Study(
             "(Table 1 C, Figure 3 right)",
     config_type=MarketsStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
-    quick_s=200,  # estimated from the 2-seed time scaled by its compute share (4 seeds, VT-null), not measured
+    quick_s=110,
 ))

@@ -295,5 +295,5 @@ STUDY = register(Study(
     cost_fields=("size.epochs",),
     summary="attention and recovery of trained UAT vs VT at hidden goal shifts inside a DarkRoom episode (Figure 2)",
     config_type=MechanismConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    seeds_field="seeds", quick_s=30, after=("uat.darkroom",), claims=CLAIMS,
+    seeds_field="seeds", quick_s=10, after=("uat.darkroom",), claims=CLAIMS,
 ))

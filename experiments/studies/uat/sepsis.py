@@ -336,5 +336,5 @@ STUDY = register(Study(
     summary="UAT vs VT / A-DT / DT-style / GTrXL / TENT / CoTTA on non-stationary sepsis (Table 1 B, Figures 3-4)",
     config_type=SepsisConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
-    quick_s=260,  # estimated from the 2-seed time scaled by its compute share (4 seeds, UAT-null), not measured
+    quick_s=250,
 ))

@@ -221,4 +221,5 @@ STUDY = register(Study(
             "zero degradation; Table 6 parameter counts",
     config_type=TheoryConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=None,
     paper=PAPER, seeds_field="seeds", claims=CLAIMS,
+    quick_s=50,
 ))
