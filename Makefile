@@ -3,7 +3,7 @@
 # compiles the bytecode of the modules it imports on first use, not all of every package; the install
 # time is in docs/performance.md).
 PYTHON ?= python3
-# Python writes the bytecode of the modules it imports (``__pycache__``, ignored by git) even where the
+# Python writes the bytecode of the modules it imports (`__pycache__`, ignored by git) even where the
 # environment sets PYTHONDONTWRITEBYTECODE: every study of `make run` and many tests are a new Python process,
 # which would otherwise compile about a thousand modules from source each time (about 3 s per process).
 export PYTHONDONTWRITEBYTECODE :=
