@@ -1,11 +1,10 @@
 # Quick start: `make run` (every study at CPU size, then REPORT.md) and `make test`.
 # Each target creates .venv and installs the pinned dependencies when missing (--no-compile: Python
 # compiles the bytecode of the modules it imports on first use, not all of every package; the install
-# time is in docs/performance.md).
+# time is in docs/performance.md). It writes that bytecode (`__pycache__`, ignored by git) even where the
+# environment sets PYTHONDONTWRITEBYTECODE: every study of `make run` and many tests are a new Python
+# process, which would otherwise compile about a thousand modules from source each time (about 3 s each).
 PYTHON ?= python3
-# Python writes the bytecode of the modules it imports (`__pycache__`, ignored by git) even where the
-# environment sets PYTHONDONTWRITEBYTECODE: every study of `make run` and many tests are a new Python process,
-# which would otherwise compile about a thousand modules from source each time (about 3 s per process).
 export PYTHONDONTWRITEBYTECODE :=
 VENV := .venv
 PY := $(VENV)/bin/python
