@@ -37,6 +37,19 @@ Numerics (all stated so that they can be checked):
   for all nodes, same mean), and the same Z for every kappa (common random numbers); dG/dkappa is
   the pathwise derivative of each sample by autodiff; the root and its standard error come from
   :func:`regret_jax.find_root`.
+* d = 2 by deterministic quadrature (:func:`limit_d2`, :func:`kappa_star_d2`), the Monte Carlo's reference:
+  with D = (Z_1 - Z_2) / sqrt(2) ~ N(0, 1), softmax(-kappa sqrt(s) Z)_1 = sigma(-kappa sqrt(2 s) D) and
+  q_1(sqrt(s / (1 - s)) Z) = Phi(-sqrt(s / (1 - s)) D); both rows sum to 1, so the squared distance is
+  2 (pi_1 - q_1)^2, and it is even in D:
+
+      G_2(kappa) = int_0^1 4 int_0^inf phi(D) (sigma(-kappa sqrt(2 s) D) - Phi(-sqrt(s / (1 - s)) D))^2 dD ds.
+
+  s = sin^2(theta) again (the inner integral moves as sqrt(1 - s) = cos(theta) near s = 1, smooth in theta);
+  the inner integral is split at D = sqrt((1 - s) / s), the width of Phi's drop; both levels by adaptive
+  Gauss-Kronrod (``scipy.integrate.quad``) in float64 to an absolute 1e-13, and the root of dG_2/dkappa by
+  Brent's method to 1e-10: kappa*_inf(2) = 1.89701, G_2(kappa*) = 0.0080214, errors far below 1e-6
+  (``tests/regret_jax/test_regret_limit.py`` checks them against a fixed tensor Gauss-Legendre rule, and the
+  Monte Carlo of :func:`limit_scan` at d = 2 against them).
 
 The discrete side (:func:`centred_scan`) reads F(eta) with the centred estimators of docs/regret.md §4.4:
 E[R] = sqrt(T) mu_d for every eta, so E[R'] = 0, and
@@ -52,6 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
+from scipy import integrate, optimize, special
 
 from regret_jax.regret_loss import flat_normal
 from regret_jax.stationarity import find_root, mu_d, ray_sample, scan_etas, scan_keys
@@ -155,6 +169,34 @@ def limit_scan(d: int, num_samples: int, map_fn=None, *, kappas, num_nodes: int 
     keys = limit_keys(d, num_samples, seed)
     run = map_fn or _default_map
     return limit_moments(*run(limit_sample(d, kappas, num_nodes), keys, min(chunk_size, num_samples)), kappas)
+
+
+def _d2_inner(s: float, kappa: float, derivative: bool) -> float:
+    """The inner integral of :func:`limit_d2` at one s in (0, 1): 4 int_0^inf phi(D) (p - q)^2 dD, or its
+    kappa-derivative 8 int_0^inf phi(D) (p - q) dp/dkappa dD, with p = sigma(-kappa sqrt(2 s) D),
+    q = Phi(-sqrt(s / (1 - s)) D) and dp/dkappa = -sqrt(2 s) D p (1 - p)."""
+    slope, sharp = np.sqrt(2 * s), np.sqrt(s / (1 - s))
+
+    def f(D):
+        p, q = special.expit(-kappa * slope * D), special.ndtr(-sharp * D)
+        phi = np.exp(-0.5 * D * D) / np.sqrt(2 * np.pi)
+        return 8 * phi * (p - q) * (-slope * D * p * (1 - p)) if derivative else 4 * phi * (p - q) ** 2
+
+    split = min(1.0 / sharp, 40.0)  # Phi's drop has width 1 / sharp
+    return sum(integrate.quad(f, lo, hi, epsabs=1e-14, epsrel=1e-12, limit=200)[0]
+               for lo, hi in ((0.0, split), (split, np.inf)))
+
+
+def limit_d2(kappa: float, derivative: bool = False) -> float:
+    """G_2(kappa), or dG_2/dkappa with ``derivative``, by deterministic quadrature in float64 (module
+    docstring: the d = 2 reduction and its accuracy)."""
+    outer = lambda theta: _d2_inner(np.sin(theta) ** 2, kappa, derivative) * np.sin(2 * theta)  # noqa: E731
+    return integrate.quad(outer, 0.0, np.pi / 2, epsabs=1e-13, epsrel=1e-11, limit=200)[0]
+
+
+def kappa_star_d2(bracket: tuple[float, float] = (1.5, 2.5)) -> float:
+    """kappa*_inf(2) = argmin G_2: the root of dG_2/dkappa (:func:`limit_d2`) in ``bracket``, by Brent's method."""
+    return optimize.brentq(lambda kappa: limit_d2(kappa, derivative=True), *bracket, xtol=1e-10)
 
 
 def centred_moments(R, dR, etas, d: int, T: int) -> dict[str, np.ndarray]:

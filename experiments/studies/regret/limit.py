@@ -52,6 +52,14 @@ metrics ``gap_fit_a``, ``gap_fit_b`` with standard errors and ``gap_fit_chi2_dof
 the finite-T excess G_T - G_d at T_min (docs/regret.md §5.7: G_T -> G_d), the largest quadrature error
 |1 - sum_a q_a| of the argmin probabilities (``argmin_mass_error``; a test keeps it below 1e-5) and the
 largest deviation of any root's sign-change count from 1. E[R'] = 0 is an identity and a test.
+
+At d = 2 (when ``ds`` holds it) the Monte-Carlo root stands beside the deterministic quadrature of
+``regret_jax.kappa_star_d2`` (docs/regret.md §5.7, kappa*_inf(2) = 1.89701): ``kappa_inf_d2_quadrature``,
+``kappa_inf_d2_minus_quadrature_z`` (the Monte Carlo's deviation in its standard errors) and
+``kappa_inf_d2_root_fit_bias``, the bias of the root estimator itself on this study's grid (its straight line
+through 4 grid points fed the exact dG_2: +0.0057 on the default grid, about one standard error of the quick
+root). Reported, not checked: that the Monte Carlo matches the quadrature is a test
+(``tests/regret_jax/test_regret_limit.py``).
 """
 from __future__ import annotations
 
@@ -277,6 +285,17 @@ def block_claims(config: LimitConfig, arrays: dict) -> dict[str, np.ndarray]:
     }
 
 
+def d2_reference(config: LimitConfig, kappa_inf: float, se: float) -> dict[str, float]:
+    """The Monte-Carlo root at d = 2 beside the deterministic quadrature (``regret_jax.kappa_star_d2``): the exact
+    root, the Monte Carlo's deviation from it in standard errors, and the bias of the root estimator alone (its
+    straight line through 4 grid points, ``regret_jax.find_root``, fed the exact dG_2 on this study's grid)."""
+    exact = rj.kappa_star_d2()
+    grid = config.limit_kappas(2)
+    fitted = rj.find_root(grid, np.array([rj.limit_d2(kappa, derivative=True) for kappa in grid]), np.ones(len(grid)))
+    return {"kappa_inf_d2_quadrature": exact, "kappa_inf_d2_minus_quadrature_z": (kappa_inf - exact) / se,
+            "kappa_inf_d2_root_fit_bias": float(fitted.eta) - exact}
+
+
 def summarize(config: LimitConfig, arrays: dict) -> Summary:
     """The claims of the module docstring, the Hedge gap and its fit, per-d and per-cell tables."""
     r = rows(arrays)
@@ -300,6 +319,8 @@ def summarize(config: LimitConfig, arrays: dict) -> Summary:
     metrics["excess_bias_T_min_max_z"] = float(np.max(np.abs(r["z_excess_T"][:, 0])))
     metrics["argmin_mass_error"] = float(np.max(arrays["limit"]["mass_error"]))
     metrics["sign_changes_max_abs_dev"] = float(max(np.max(np.abs(r["sign_changes_T"] - 1)), np.max(np.abs(r["sign_changes_inf"] - 1))))
+    if 2 in ds:
+        metrics.update(d2_reference(config, float(k[ds.index(2)]), float(se[ds.index(2)])))
     b = block_claims(config, arrays)
     found = [
         MATCHES_LIMIT.judge(b["match"], control=b["match_hedge"]),
