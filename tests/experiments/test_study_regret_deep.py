@@ -7,6 +7,7 @@ import regret_jax as rj
 from experiments.registry import RunContext
 from experiments import checks
 from experiments.studies.regret.deep import (
+    BELOW_FTRL,
     FAR_BELOW,
     DeepConfig,
     baseline_regret_curves,
@@ -76,7 +77,7 @@ def test_deep_study_tiny(tmp_path):
     m = summary.metrics
     for name in ("1layer", "uniform", "ftrl"):
         assert np.isfinite(m[f"regret_final_{name}"]) and m[f"regret_final_{name}_std"] > 0
-    assert [c.name for c in summary.checks] == ["1layer_far_below_uniform"]
+    assert [c.name for c in summary.checks] == ["1layer_far_below_uniform", "1layer_below_ftrl"]
     check = summary.checks[0]
     assert check.value == pytest.approx(m["regret_final_1layer"] / m["regret_final_uniform"]) and check.n == 2
     # the control, the untrained models on the same sequences, is run and fails the claim (regret like uniform play's)
@@ -111,6 +112,9 @@ def test_deep_summarize_on_synthetic_curves():
     check = summary.checks[0]
     assert check.name == "2layer_far_below_uniform" and check.value == pytest.approx(0.5)  # seeds 0.25 and 0.75
     assert check.verdict == checks.INCONCLUSIVE and check.control.verdict == checks.FAIL  # untrained: ratio 1
+    ftrl = summary.checks[1]  # against FTRL (Reg(T) = 4): seeds 0.5 and 1.5; untrained 2
+    assert ftrl.name == "2layer_below_ftrl" and ftrl.value == pytest.approx(1.0) and ftrl.verdict == checks.INCONCLUSIVE
+    assert ftrl.control.value == pytest.approx(2.0) and ftrl.control.verdict == checks.FAIL
 
 
 def test_deep_claim_passes_only_with_a_failing_control():
@@ -118,6 +122,9 @@ def test_deep_claim_passes_only_with_a_failing_control():
     assert FAR_BELOW.judge(ratios, control=np.array([1.02, 0.97, 1.05, 0.99]), key=2).verdict == checks.PASS
     assert FAR_BELOW.judge(ratios, control=ratios + 0.01, key=2).verdict == checks.NO_POWER  # an untrained model as good
     assert FAR_BELOW.judge(ratios + 0.4, control=np.ones(4), key=2).verdict == checks.FAIL
+    # against FTRL: the judged quick run's ratios (about 1.75) fail; an untrained model (about 5.5) fails too
+    assert BELOW_FTRL.judge(np.array([1.6, 1.9, 1.7, 1.8]), control=np.array([5.2, 5.9, 5.4, 5.6]), key=2).verdict == checks.FAIL
+    assert BELOW_FTRL.judge(np.array([0.80, 0.85, 0.78, 0.83]), control=np.array([5.2, 5.9, 5.4, 5.6]), key=2).verdict == checks.PASS
 
 
 @pytest.mark.parametrize("kwargs, field", [({"depths": ()}, "depths"), ({"num_seeds": 1}, "num_seeds"), ({"bias_scale": 0.0}, "bias_scale"),
