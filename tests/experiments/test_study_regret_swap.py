@@ -7,6 +7,7 @@ import regret_jax as rj
 from experiments import checks
 from experiments.registry import RunContext
 from experiments.studies.regret.swap import (
+    BELOW_EXTERNAL,
     CALIBRATIONS,
     CE_FAR,
     QUICK,
@@ -24,7 +25,7 @@ from experiments.studies.regret.swap import (
 TINY = SwapConfig(rj.TrainConfig(model="multihead", d=3, T=3, batch_size=8, num_steps=10), horizons=(1, 2), num_seeds=2,
                   num_etas=4, scan_sequences=1000)
 CHECKS = ["learned_ce_far_below_uniform", "learned_swap_far_below_uniform", "learned_ce_within_2x_tuned_bm",
-          "calibration_lowers_ce_gap", "fixed_points_converged"]
+          "calibration_lowers_ce_gap", "fixed_points_converged", "learned_ce_below_external_regret"]
 
 
 def test_swap_study_tiny(tmp_path):
@@ -40,8 +41,9 @@ def test_swap_study_tiny(tmp_path):
     m = summary.metrics
     assert m["gap_ce_uniform_t6"] == pytest.approx(2 / 9, abs=1e-6) and m["gap_swap_uniform_t3"] == pytest.approx(1 / 3, abs=1e-6)
     assert m["nonconverged_fraction_learned"] == 0 and m["nonconverged_fraction_bm"] == 0
-    assert [c.name for c in summary.checks] == CHECKS and summary.checks[-1].passed
-    assert [c.n for c in summary.checks] == [2, 2, 2, 2, 1] and all(c.control.n == 2 for c in summary.checks[:4])
+    assert [c.name for c in summary.checks] == CHECKS and summary.checks[4].passed
+    assert [c.n for c in summary.checks] == [2, 2, 2, 2, 1, 2]
+    assert all(summary.checks[i].control.n == 2 for i in (0, 1, 2, 3, 5))
     assert summary.tables["table"]["H"] == [3, 6] and summary.tables["heads"]["seed"] == [0, 0, 0, 1, 1, 1]
     write(TINY, arrays, summary, tmp_path)
     saved = np.load(tmp_path / "gap_curves.npz")
@@ -100,17 +102,19 @@ def test_swap_checks_pass_and_fail_on_synthetic_gaps():
     config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=4)
     learned = [[0.02, 0.03, 0.02, 0.03], [0.05] * 4, [0.1] * 4]  # c_d = d, sqrt(d), 1 per seed
     good = summarize(config, _arrays(config, learned, [0.2, 0.02, 0.05]))
-    assert [c.verdict for c in good.checks] == [checks.PASS] * 5
+    assert [c.verdict for c in good.checks] == [checks.PASS] * 6
     assert good.checks[2].value == pytest.approx(0.025 / 0.02)
-    # the controls: untrained heads (0.2: 0.9 of uniform's CE gap, calibration ratio 1) and the uncalibrated heads
-    # (5x BM's gap) fail their claims
-    assert [c.control.verdict for c in good.checks[:4]] == [checks.FAIL] * 4
-    assert good.checks[2].control.value == pytest.approx(5.0)
+    assert good.checks[5].value == pytest.approx(0.025 / 0.1)  # FTRL's gap 0.1 at every step
+    # the controls: untrained heads (0.2: 0.9 of uniform's CE gap, calibration ratio 1, 2x FTRL's gap) and the
+    # uncalibrated heads (5x BM's gap) fail their claims
+    assert [good.checks[i].control.verdict for i in (0, 1, 2, 3, 5)] == [checks.FAIL] * 5
+    assert good.checks[2].control.value == pytest.approx(5.0) and good.checks[5].control.value == pytest.approx(2.0)
     bad = summarize(config, _arrays(config, [[0.2] * 4, [0.1] * 4, [0.1] * 4], [0.2, 0.02, 0.05], nonconverged=1))
-    assert [c.verdict for c in bad.checks] == [checks.FAIL] * 5
+    assert [c.verdict for c in bad.checks] == [checks.FAIL] * 6
     assert bad.metrics["nonconverged_fraction_learned"] == pytest.approx(1 / (2 * config.T))
     powerless = summarize(config, _arrays(config, learned, [0.2, 0.02, 0.05], init_ce=learned))  # untrained as good
-    assert [c.verdict for c in powerless.checks] == [checks.NO_POWER] * 2 + [checks.PASS, checks.NO_POWER, checks.PASS]
+    assert [c.verdict for c in powerless.checks] == \
+        [checks.NO_POWER] * 2 + [checks.PASS, checks.NO_POWER, checks.PASS, checks.NO_POWER]
     assert len(CALIBRATIONS) == 3
 
 
@@ -127,6 +131,12 @@ def test_untrained_heads_fail_the_far_below_uniform_claims():
                        "uniform": {g: np.asarray(getattr(uniform, g)) for g in ("gap_ce", "gap_swap")}}}
     for claim, gap in ((CE_FAR, "gap_ce"), (SWAP_FAR, "gap_swap")):
         assert claim.judge(seed_worst(config, arrays, "init", gap)).verdict != checks.PASS
+    # ... and the CE-vs-CCE claim against FTRL at its best step of a small grid, at the longest horizon
+    ftrl = jax.jit(jax.vmap(lambda e: rj.self_play(rj.attention_learner(rj.ftrl_params(3, e)),
+                                                   rj.attention_learner(rj.ftrl_params(3, e)), game, config.T).gap_ce))
+    best = np.asarray(ftrl(np.geomspace(0.05, 2.0, 8).astype(np.float32)))[:, -1].min()
+    control = BELOW_EXTERNAL.judge(np.asarray(play.gap_ce)[:, -1] / best)
+    assert control.verdict != checks.PASS and control.value > 1, control
 
 
 @pytest.mark.parametrize("field, kwargs", [
