@@ -37,6 +37,11 @@ def test_swap_study_tiny(tmp_path):
     assert arrays["gaps"]["uniform"]["gap_ce"].shape == (6,) and arrays["etas"].shape == (E,)
     assert arrays["nonconverged"]["learned"].shape == (3, 2) and arrays["nonconverged"]["bm"].shape == (E,)
     assert {k: v.shape for k, v in arrays["heads"].items()} == {"eta": (2, 3), "offray": (2, 3), "offdiag": (2, 3)}
+    grid = TINY.calibration_grid()
+    assert arrays["calibration_sweep"].shape == (len(grid), 2, 6) and grid[0] == pytest.approx(3 / 2**3.5)
+    # the sweep is the same self-play as the switch: at the grid's c_d = d it equals c_d = d's
+    d_index = int(np.flatnonzero(grid == 3.0)[0])
+    np.testing.assert_allclose(arrays["calibration_sweep"][d_index], arrays["gaps"]["learned"]["gap_ce"][0], rtol=1e-5)
     summary = summarize(TINY, arrays)
     m = summary.metrics
     assert m["gap_ce_uniform_t6"] == pytest.approx(2 / 9, abs=1e-6) and m["gap_swap_uniform_t3"] == pytest.approx(1 / 3, abs=1e-6)
@@ -45,6 +50,7 @@ def test_swap_study_tiny(tmp_path):
     assert [c.n for c in summary.checks] == [2, 2, 2, 2, 1, 2]
     assert all(summary.checks[i].control.n == 2 for i in (0, 1, 2, 3, 5))
     assert summary.tables["table"]["H"] == [3, 6] and summary.tables["heads"]["seed"] == [0, 0, 0, 1, 1, 1]
+    assert summary.tables["calibration"]["H"] == [3, 6] and min(summary.tables["calibration"]["gap_ce_at_d_over_best"]) >= 1 - 1e-6
     write(TINY, arrays, summary, tmp_path)
     saved = np.load(tmp_path / "gap_curves.npz")
     assert {"etas", "uniform_gap_ce", "bm_gap_swap", "ftrl_gap_ce", "learned_d_gap_cce", "learned_uncalibrated_gap_ce"} <= set(saved)
@@ -80,7 +86,8 @@ def _arrays(config, learned_ce, bm_ce, nonconverged=0, init_ce=None):
             "nonconverged": {"learned": np.full(np.shape(learned_ce), nonconverged), "bm": np.zeros(E)},
             "heads": {"eta": np.array([[0.2, 0.4, 0.3], [0.3, 0.3, 0.3]]), "offray": np.full((2, 3), 0.1),
                       "offdiag": np.array([[0.1, 0.2, 0.5], [0.0, 0.1, 0.1]])},
-            "curves": {"multihead": {"loss": np.ones((2, 8))}}}
+            "curves": {"multihead": {"loss": np.ones((2, 8))}},
+            "calibration_sweep": _curves(np.full((len(config.calibration_grid()), np.shape(learned_ce)[1]), 0.5), T)}
 
 
 def test_horizon_metrics_pick_the_best_bm_step_per_horizon():
@@ -96,6 +103,19 @@ def test_horizon_metrics_pick_the_best_bm_step_per_horizon():
     np.testing.assert_allclose(h["gap_ce_learned_uncalibrated"][1], 0.1)
     np.testing.assert_allclose(h["ratio_learned_to_tuned_bm"][1], learned_t6 / 0.01)
     np.testing.assert_allclose(h["gap_swap_learned"][1], 1.2 * learned_t6)
+
+
+def test_calibration_table_finds_the_planted_best_calibration():
+    config = SwapConfig(TINY.train, horizons=(1, 2), num_seeds=2)  # T = 3, rounds 3 and 6
+    arrays = _arrays(config, [[0.02, 0.04], [0.05, 0.05], [0.1, 0.1]], [0.2, 0.01, 0.05])
+    arrays["calibration_sweep"][1, :, 2] = 0.01  # grid point 1 best at t = 3, point 3 at t = 6
+    arrays["calibration_sweep"][3, :, 5] = 0.015
+    table = summarize(config, arrays).tables["calibration"]
+    grid = config.calibration_grid()
+    np.testing.assert_allclose(table["best_c_over_d"], grid[[1, 3]] / 3)
+    np.testing.assert_allclose(table["gap_ce_best_c"], [0.01, 0.015])
+    np.testing.assert_allclose(table["gap_ce_at_d_over_best"], [0.03 / 0.01, 0.03 / 0.015])
+    np.testing.assert_allclose(grid[[0, 7, -1]], [3 / 2**3.5, 3.0, 48.0])
 
 
 def test_swap_checks_pass_and_fail_on_synthetic_gaps():

@@ -8,7 +8,9 @@ of docs/regret.md §9.2 (instance (i)) with expected feedback, for ``max(horizon
 train.T`` rounds. The gaps of the running average play are read at every horizon
 H = m train.T, m in ``horizons`` (quick: H = 25, 50, 200, i.e. the training horizon and
 two beyond it). The dimension-only calibration c_d (docs/regret.md §10.6, exact factor
-unknown) is a switch; c_d = d is the headline, sqrt(d) and 1 (uncalibrated) are reported.
+unknown) is a switch; c_d = d is the headline, sqrt(d) and 1 (uncalibrated) are reported, and
+a sweep measures it (``calibration_grid``, table ``calibration``): per horizon, the c_d with the
+lowest seed-mean CE gap of the learned heads, over d, and how far c_d = d is from that gap.
 
 Comparators, like for like (same game, same horizon H, same gap):
 * Blum-Mansour with exact Hedge heads (Eq. (56), ``swap_learner(bm_params(d, eta))``) at its
@@ -110,6 +112,7 @@ BELOW_EXTERNAL = checks.Claim(
 CLAIMS = (CE_FAR, SWAP_FAR, WITHIN_BM, CALIBRATION, CONVERGED, BELOW_EXTERNAL)
 GAPS = ("gap_ce", "gap_swap", "gap_cce")
 CALIBRATIONS = ("d", "sqrtd", "uncalibrated")  # c_d = d, sqrt(d), 1
+CALIBRATION_STEPS = np.arange(-7, 9)  # the calibration sweep: c_d = d 2^(k/2)
 MODEL = "multihead"  # the curves' model name
 
 
@@ -152,6 +155,11 @@ class SwapConfig:
     def calibrations(self) -> np.ndarray:
         d = self.train.d
         return np.asarray([float(d), float(np.sqrt(d)), 1.0])  # order of CALIBRATIONS
+
+    def calibration_grid(self) -> np.ndarray:
+        """The sweep that measures c_d instead of assuming it: d 2^(k/2) for k in ``CALIBRATION_STEPS`` (d / 11.3 to
+        16 d, c_d = d itself included)."""
+        return self.train.d * 2.0 ** (CALIBRATION_STEPS / 2)
 
 
 # Screened on SCREENING-stream seeds (seed_keys(3, 1), ``--set stream=1``), d = 3, T = 25, batch 128;
@@ -196,6 +204,7 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     heads, per calibration, seed).
 
     ``{"gaps": {run: {gap_ce, gap_swap, gap_cce}}, "etas": [E], "nonconverged": {"learned": [C, S], "bm": [E]},
+    "calibration_sweep": the learned heads' gap_CE [G, S, T] on ``calibration_grid`` [G],
     "heads": {eta, offray, offdiag} [S, d] (``param_match.swap_head_match``),
     "root": {eta_star, se}, "curves": {"multihead": {"loss"}}}``; runs ``uniform``, ``bm``, ``ftrl``, ``learned``,
     ``init``.
@@ -226,7 +235,9 @@ def compute(config: SwapConfig, ctx: RunContext) -> dict:
     runs = {"uniform": jax.jit(play)(rj.uniform_learner(d)), "bm": bm_runs, "ftrl": ftrl_runs, "learned": learned_runs,
             "init": calibrated(init["params"]["heads"], cs)}
     heads = jax.jit(jax.vmap(param_match.swap_head_match))(res.variables["params"]["heads"])
+    sweep = calibrated(res.variables["params"]["heads"], jnp.asarray(config.calibration_grid(), jnp.float32)).gap_ce
     return {
+        "calibration_sweep": np.asarray(sweep),
         "heads": jax.tree.map(np.asarray, heads),
         "gaps": {name: jax.tree.map(np.asarray, _gaps(r)) for name, r in runs.items()},
         "etas": etas,
@@ -301,10 +312,27 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
                                / h["gap_ce_ftrl_tuned"][-1] for run in ("learned", "init"))),
     ]
     table = {"H": h["H"].tolist(), **{k: v.tolist() for k, v in h.items() if k != "H"}}
+    sweep = calibration_table(config, arrays)
+    for H, best, ratio in zip(h["H"], sweep["best_c_over_d"], sweep["gap_ce_at_d_over_best"]):
+        metrics[f"calibration_best_c_over_d_t{H}"] = best
+        metrics[f"calibration_gap_ce_at_d_over_best_t{H}"] = ratio
     heads = head_table(config, arrays)
     metrics.update(head_kappa_mean=float(np.mean(heads["kappa"])), head_eta_over_eta_star_mean=float(np.mean(heads["eta_over_eta_star"])),
                    head_offray_max=float(np.max(heads["offray"])), head_offdiag_max=float(np.max(heads["offdiag"])))
-    return Summary(metrics=metrics, checks=found, tables={"table": table, "heads": heads})
+    return Summary(metrics=metrics, checks=found, tables={"table": table, "heads": heads, "calibration": sweep})
+
+
+def calibration_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
+    """The calibration measured by a sweep: per horizon H, the c_d of ``calibration_grid`` with the lowest seed-mean
+    gap_CE of the learned heads (over d), that gap, and the gap at the assumed c_d = d over it (1: d is the best)."""
+    t = np.asarray(config.horizon_rounds()) - 1
+    grid = config.calibration_grid()
+    mean = np.asarray(arrays["calibration_sweep"], np.float64)[:, :, t].mean(axis=1)  # [G, H]
+    best = np.argmin(mean, axis=0)
+    at_d = np.asarray(arrays["gaps"]["learned"]["gap_ce"], np.float64)[0][:, t].mean(axis=0)
+    cols = np.arange(len(t))
+    return {"H": config.horizon_rounds(), "best_c_over_d": (grid[best] / config.train.d).tolist(),
+            "gap_ce_best_c": mean[best, cols].tolist(), "gap_ce_at_d_over_best": (at_d / mean[best, cols]).tolist()}
 
 
 def head_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
