@@ -115,6 +115,7 @@ def test_calibration_table_finds_the_planted_best_calibration():
     np.testing.assert_allclose(table["best_c_over_d"], grid[[1, 3]] / 3)
     np.testing.assert_allclose(table["gap_ce_best_c"], [0.01, 0.015])
     np.testing.assert_allclose(table["gap_ce_at_d_over_best"], [0.03 / 0.01, 0.03 / 0.015])
+    np.testing.assert_allclose(table["best_c_over_tuned_bm"], [0.01 / 0.01, 0.015 / 0.01])  # BM's best: 0.01
     np.testing.assert_allclose(grid[[0, 7, -1]], [3 / 2**3.5, 3.0, 48.0])
 
 

@@ -10,7 +10,8 @@ H = m train.T, m in ``horizons`` (quick: H = 25, 50, 200, i.e. the training hori
 two beyond it). The dimension-only calibration c_d (docs/regret.md §10.6, exact factor
 unknown) is a switch; c_d = d is the headline, sqrt(d) and 1 (uncalibrated) are reported, and
 a sweep measures it (``calibration_grid``, table ``calibration``): per horizon, the c_d with the
-lowest seed-mean CE gap of the learned heads, over d, and how far c_d = d is from that gap.
+lowest seed-mean CE gap of the learned heads, over d, how far c_d = d is from that gap, and that
+gap over BM's at its best step (``best_c_over_tuned_bm``: both tuned per horizon on the game).
 
 Comparators, like for like (same game, same horizon H, same gap):
 * Blum-Mansour with exact Hedge heads (Eq. (56), ``swap_learner(bm_params(d, eta))``) at its
@@ -313,9 +314,9 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
     ]
     table = {"H": h["H"].tolist(), **{k: v.tolist() for k, v in h.items() if k != "H"}}
     sweep = calibration_table(config, arrays)
-    for H, best, ratio in zip(h["H"], sweep["best_c_over_d"], sweep["gap_ce_at_d_over_best"]):
-        metrics[f"calibration_best_c_over_d_t{H}"] = best
-        metrics[f"calibration_gap_ce_at_d_over_best_t{H}"] = ratio
+    for i, H in enumerate(h["H"]):
+        for name in ("best_c_over_d", "gap_ce_at_d_over_best", "best_c_over_tuned_bm"):
+            metrics[f"calibration_{name}_t{H}"] = sweep[name][i]
     heads = head_table(config, arrays)
     metrics.update(head_kappa_mean=float(np.mean(heads["kappa"])), head_eta_over_eta_star_mean=float(np.mean(heads["eta_over_eta_star"])),
                    head_offray_max=float(np.max(heads["offray"])), head_offdiag_max=float(np.max(heads["offdiag"])))
@@ -324,7 +325,8 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
 
 def calibration_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
     """The calibration measured by a sweep: per horizon H, the c_d of ``calibration_grid`` with the lowest seed-mean
-    gap_CE of the learned heads (over d), that gap, and the gap at the assumed c_d = d over it (1: d is the best)."""
+    gap_CE of the learned heads (over d), that gap, the gap at the assumed c_d = d over it (1: d is the best), and
+    that best gap over BM's at its best step: the learned heads and BM both tuned per horizon on the game."""
     t = np.asarray(config.horizon_rounds()) - 1
     grid = config.calibration_grid()
     mean = np.asarray(arrays["calibration_sweep"], np.float64)[:, :, t].mean(axis=1)  # [G, H]
@@ -332,7 +334,8 @@ def calibration_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
     at_d = np.asarray(arrays["gaps"]["learned"]["gap_ce"], np.float64)[0][:, t].mean(axis=0)
     cols = np.arange(len(t))
     return {"H": config.horizon_rounds(), "best_c_over_d": (grid[best] / config.train.d).tolist(),
-            "gap_ce_best_c": mean[best, cols].tolist(), "gap_ce_at_d_over_best": (at_d / mean[best, cols]).tolist()}
+            "gap_ce_best_c": mean[best, cols].tolist(), "gap_ce_at_d_over_best": (at_d / mean[best, cols]).tolist(),
+            "best_c_over_tuned_bm": (mean[best, cols] / horizon_metrics(config, arrays)["gap_ce_bm_tuned"]).tolist()}
 
 
 def head_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
