@@ -188,16 +188,19 @@ def test_learned_actor_controls_fail_their_claims():
     h = la.evaluate(dataclasses.replace(cfg, seeds=4, transfer_families=("reward_x2",)), untrained)
     lead = la.pmd_lead(la.rule_distances(h["log_pi_learned"], h["rules"]))
     assert la.PMD_CLOSEST.judge(lead).verdict != checks.PASS
-    shrink = la.SHRINKAGE.judge(la.slopes(h["fitted_step"], cfg.etas))
+    shrink = la.SHRINKAGE.judge(la.slopes(h["fitted_step_pooled"], cfg.etas))
     assert shrink.verdict == checks.FAIL and shrink.hi < la.PAPER["fitted_slope_label_free"] - la.SHRINKAGE_TOL
     # exact PMD on the same inputs: fitted step = supplied step, slope 1 in every seed
     pmd = np.log(np.broadcast_to(h["rules"][:, 0], (4,) + h["rules"][:, 0].shape))
     etas = np.asarray(cfg.etas)
     by_eta = np.stack([np.flatnonzero(np.isclose(h["eta"], e)) for e in etas])
-    fit = np.stack([[np.median(jax.vmap(rules.fitted_step)(np.exp(p[i]), np.exp(h["log_pi"][i]), h["Q"][i]))
-                     for i in by_eta] for p in pmd])
+    fit = np.stack([[rules.fitted_step(np.exp(p[i]), np.exp(h["log_pi"][i]), h["Q"][i]) for i in by_eta] for p in pmd])
     np.testing.assert_allclose(la.slopes(fit, etas), 1.0, atol=1e-4)
     assert la.SHRINKAGE.judge(la.slopes(fit, etas)).verdict == checks.FAIL
+    # the study's pooled fit is rules.fitted_step over every input of a run at one supplied step
+    out = np.exp(h["log_pi_learned"])
+    np.testing.assert_allclose(h["fitted_step_pooled"][1], [rules.fitted_step(out[1][i], np.exp(h["log_pi"][i]), h["Q"][i])
+                                                           for i in by_eta], rtol=1e-5)
     assert la.PMD_CLOSEST.judge(la.pmd_lead(la.rule_distances(pmd, h["rules"]))).verdict == checks.PASS
 
 
