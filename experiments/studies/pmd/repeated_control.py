@@ -41,9 +41,11 @@ Checks (declared claims, one per family, judged per run (seed) with a 95% t inte
 * ``ratio_within_band_FAMILY``, one per further family: the same checkpoints on a family
   they were not trained on; an actor that learned the training family rather than the PMD
   map fails there, and so does one whose inputs leave its training range (``reward_x2``
-  doubles every ``|Q|``: values up to 10 where training saw at most 5). The paper's number
-  beside each further family is its cross-run median (the paper gives no per-run ratios
-  there); beside ``iid``, the mean of its five run ratios.
+  doubles every ``|Q|``: values up to 10 where training saw at most 5). The families are the
+  project's (``pmd_jax.tasks``): the paper's four further families are unnamed ("four
+  declared environment families of the same shape", cross-run medians 0.927, 1.004, 1.014,
+  0.997), so no number of the paper stands beside one of ours.
+  Beside ``iid``, the paper's number is the mean of its five run ratios.
 
 Negative control of every check: the same seeds' untrained actors (their initial
 parameters) in the same loop, against the same reference; an actor that has not learned
@@ -76,10 +78,11 @@ from pmd_jax.transformer import ModelConfig
 PAPER = {
     "ratio_run_1": 0.978, "ratio_run_2": 1.396, "ratio_run_3": 1.237, "ratio_run_4": 0.918, "ratio_run_5": 1.052,
     "ratio_median": 1.052, "ratio_max": 1.396, "diff_median": 0.000177, "diff_lo": -0.000137, "diff_hi": 0.000748,
-    "ratio_median_reward_x2": 0.927, "ratio_median_bimodal_rewards": 1.004, "ratio_median_sparse_transitions": 1.014,
-    "ratio_median_near_deterministic": 0.997,
     "diff_median_learned_critic": 0.000518, "diff_lo_learned_critic": 0.000008, "diff_hi_learned_critic": 0.002155,
 }
+# The paper's four further families are "declared environment families of the same shape" with cross-run medians
+# 0.927, 1.004, 1.014 and 0.997; it does not name them, so the project's four (pmd_jax.tasks.FAMILIES) are reported
+# without a paper column: a number of the paper beside one of ours would attribute it to a family of our choosing.
 BAND = 1.5  # registered before the paper's runs
 PAPER_RUN_MEAN = float(np.mean([PAPER[f"ratio_run_{r}"] for r in range(1, 6)]))
 RATIO_CLAIMS = {fam: checks.Claim(
@@ -89,7 +92,7 @@ RATIO_CLAIMS = {fam: checks.Claim(
     "<", BAND, unit="seed", control="the same seeds' untrained actors (initial parameters) in the same loop",
     fails_if="the actor's errors compound when it reads its own outputs, or it learned the training family "
              "rather than the PMD map, or its inputs leave its training range",
-    paper=PAPER_RUN_MEAN if fam == tasks.FAMILIES[0] else PAPER.get(f"ratio_median_{fam}")) for fam in tasks.FAMILIES}
+    paper=PAPER_RUN_MEAN if fam == tasks.FAMILIES[0] else None) for fam in tasks.FAMILIES}
 
 
 @dataclasses.dataclass(frozen=True)
