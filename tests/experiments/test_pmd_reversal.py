@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from experiments import cli
+from experiments.registry import RunContext
 from experiments.studies.pmd import reversal as rev
 from xla_env import xla_flags
 
@@ -68,6 +69,8 @@ def test_result_contract_and_closed_form(clean_run):
     assert [float(r["first_negative_eta"]) for r in table] == pytest.approx([0.805, 1.605, 2.405])
     rows = _read_cells(clean_run / "cells.csv")
     assert len(rows) == 3606 and list(rows[0]) == ["eta", "kappa", "masked", "gain_ideal", "gain_implemented", "row_error"]
+    further = _read_cells(clean_run / "further_cells.csv")
+    assert len(further) == 2928 and list(further[0])[:5] == ["eta", "kappa", "masked", "c", "gamma"]
     worst = 0.0
     for row in rows[::7] + rows[-3:]:  # a spread of cells, both masks, all margins
         masked = row["masked"] in ("true", "True", "1")
@@ -75,6 +78,25 @@ def test_result_contract_and_closed_form(clean_run):
         got = (float(row["gain_ideal"]), float(row["gain_implemented"]), float(row["row_error"]))
         worst = max(worst, max(abs(g - e) for g, e in zip(got, expected)))
     assert worst <= 1e-9
+
+
+def test_further_cells_against_section_14_and_a_planted_scale(clean_run):
+    """Section 16's 2,928 further cells: the decoder's gains against the numpy section-14 formulas at the cell's own
+    c and gamma; read with the paper's single c = 1, gamma = 0.8 instead (a planted bug), the identity and the sign
+    law fail."""
+    cfg = rev.QUICK
+    arrays = rev.compute(cfg, RunContext(study="pmd.reversal", quick=True, out_dir=clean_run.parent / "further"))
+    f = arrays["further"]
+    g, impl = f["grid"], f["impl"]
+    assert len(g["eta"]) == 2928 and not g["masked"].any()
+    for i in range(0, 2928, 37):
+        expected = _section14_numpy(g["eta"][i], g["kappa"][i], False, g["c"][i], g["gamma"][i], cfg.nu)
+        got = (impl["gain_ideal"][i], impl["gain_implemented"][i], impl["row_error"][i])
+        assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-9 * g["c"][i] / (1 - g["gamma"][i])
+    exact = rev.exactness(g, impl, f["closed"], g["c"], g["gamma"], cfg.threshold_tol)
+    assert exact["identity_relative"] < 1e-14 and exact["sign_violations"] == 0
+    planted = rev.exactness(g, impl, f["closed"], 1.0, 0.8, cfg.threshold_tol)
+    assert planted["identity_relative"] > 1e-3 and planted["sign_violations"] > 100
 
 
 def _synthetic(cfg):

@@ -38,6 +38,13 @@ interval and no control arm), and how each could fail:
   gains, ideal gains and row errors at eta = 0.8, 1.6, 2.4; a grid without kappa = 8 or
   those etas cannot be compared and fails (non-finite value).
 
+Section 16's further checks (``further_identity_row_error_value``, ``further_decoder_equals_closed_form``,
+``further_sign_law``): the paper reports "2,928 further checks over reward scale, discount and margin, all to
+machine precision (errors below 1e-14)" without their grid. Ours (``FURTHER_GRID``): c in {0.5, 1, 2, 4}, gamma in
+{0.5, 0.7, 0.9, 0.95}, kappa in {4, 8, 12}, unmasked, eta = 0, 0.05, ..., 3: 2,928 cells, one more program. There
+the values reach c / (1 - gamma) = 80, so the identity's deviation is read relative to that scale (absolute: up to
+2.8e-13 at c = 4, gamma = 0.95, reported as ``further_max_identity_deviation``).
+
 The checks against the paper's counts are statements about the paper's configuration
 (c = 1, gamma = 0.8, nu = 20, the 601-eta grid, kappas 4, 8, 12): a run or sweep at any
 other configuration is expected to fail them, while the identity, sign law, closed form
@@ -103,6 +110,17 @@ PUBLISHED = checks.Claim(
     "(ideal 0.950, 1.660, 2.084), row errors as printed (max |ours - printed|, half the 3rd decimal)", "<=", 5e-4,
     exact=True, fails_if="another decoder or family; a grid without kappa = 8 or those etas (non-finite value)")
 
+FURTHER = "on the 2,928 further cells of section 16 (reward scale c, discount gamma, margin kappa; ``FURTHER_GRID``)"
+FURTHER_IDENTITY = dataclasses.replace(  # its values reach c / (1 - gamma) = 80, so the deviation is relative to that
+    IDENTITY, name="further_identity_row_error_value", margin=1e-14,
+    statement=f"the row-error identity of identity_row_error_value {FURTHER}, max |deviation| relative to the "
+              "value scale c / (1 - gamma) below the paper's 1e-14")
+FURTHER_CLOSED_FORM = dataclasses.replace(CLOSED_FORM, name="further_decoder_equals_closed_form",
+                                          statement=f"{CLOSED_FORM.statement}, {FURTHER}")
+FURTHER_SIGN_LAW = dataclasses.replace(SIGN_LAW, name="further_sign_law", statement=f"{SIGN_LAW.statement}, {FURTHER}")
+CLAIMS = (NEGATIVE_UNMASKED, NEGATIVE_MASKED, CLOSED_FORM, IDENTITY, SIGN_LAW, MASKED_GAIN, PUBLISHED,
+          FURTHER_IDENTITY, FURTHER_CLOSED_FORM, FURTHER_SIGN_LAW)
+
 
 @dataclasses.dataclass(frozen=True)
 class ReversalConfig:
@@ -155,6 +173,18 @@ class ReversalConfig:
 
 QUICK = FULL = ReversalConfig()
 
+# Section 16's "2,928 further checks over reward scale, discount and margin": the paper gives their count, not their
+# grid. Ours: every (c, gamma, kappa) below, unmasked (the masked decoder is exact PMD, where the identities are
+# trivial), at 61 steps eta = 0, 0.05, ..., 3: 4 x 4 x 3 x 61 = 2,928 cells, nu = 20 as the main grid.
+FURTHER_GRID = {"c": (0.5, 1.0, 2.0, 4.0), "gamma": (0.5, 0.7, 0.9, 0.95), "kappa": (4.0, 8.0, 12.0)}
+FURTHER_ETAS = eta_grid(3.0, 60)
+
+
+def further_rows(nu: float) -> dict[str, np.ndarray]:
+    """The further grid's rows (one per (c, gamma, kappa), unmasked), in the layout of ``ReversalConfig.rows``."""
+    c, gamma, kappa = (x.ravel() for x in np.meshgrid(*FURTHER_GRID.values(), indexing="ij"))
+    return {"kappa": kappa, "masked": np.zeros(c.size, bool), "c": c, "gamma": gamma, "nu": np.full(c.size, nu)}
+
 
 def cell_fn(cell: dict):
     """One grid cell through the decoder; ``cell`` holds eta, kappa, masked, c, gamma, nu."""
@@ -167,12 +197,15 @@ def row_fn(etas: np.ndarray):
     return lambda row: jax.vmap(lambda eta: cell_fn({"eta": eta, **row}))(etas)
 
 
-def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunContext, name: str, **fp) -> dict:
-    """Decoder and closed-form cells of ``rows`` (any number of grid rows), flat [rows * etas]."""
-    eta = np.tile(cfg.etas, len(rows["kappa"]))
-    cells = {k: np.repeat(v, len(cfg.etas)) for k, v in rows.items()}
+def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunContext, name: str, etas=None,
+                  **fp) -> dict:
+    """Decoder and closed-form cells of ``rows`` (any number of grid rows) at ``etas`` (default the config's),
+    flat [rows * etas]."""
+    etas = cfg.etas if etas is None else etas
+    eta = np.tile(etas, len(rows["kappa"]))
+    cells = {k: np.repeat(v, len(etas)) for k, v in rows.items()}
     with jax.enable_x64(True):
-        result = sweep.sweep_map(row_fn(cfg.etas), rows, chunk_size=cfg.chunk_size,
+        result = sweep.sweep_map(row_fn(etas), rows, chunk_size=cfg.chunk_size,
                                  checkpoint=ctx.checkpoint(name, **fp), desc=f"{ctx.study} cells")
         ctx.record_compile(result.compile_s)
         closed = jax.jit(jax.vmap(lambda e, x: closed_form_cell(e, x["kappa"], x["masked"], x["c"], x["gamma"], x["nu"])))(
@@ -183,8 +216,13 @@ def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunCont
 
 
 def compute(cfg: ReversalConfig, ctx: RunContext) -> dict:
-    """``{"grid", "impl", "closed"}``: the cells, the decoder's gains and the closed form's, each [cells]."""
-    return {"grid": cfg.grid(), **_grid_program(cfg, cfg.rows(), ctx, "ckpt")}
+    """``{"grid", "impl", "closed"}``: the cells, the decoder's gains and the closed form's, each [cells]; and
+    ``"further"``, the same for the section-16 grid (``FURTHER_GRID``), with its per-cell c and gamma in its grid."""
+    rows = further_rows(cfg.nu)
+    further = _grid_program(cfg, rows, ctx, "ckpt_further", etas=FURTHER_ETAS)
+    grid = {"eta": np.tile(FURTHER_ETAS, len(rows["c"])), **{k: np.repeat(rows[k], len(FURTHER_ETAS))
+                                                            for k in ("kappa", "masked", "c", "gamma")}}
+    return {"grid": cfg.grid(), **_grid_program(cfg, cfg.rows(), ctx, "ckpt"), "further": {"grid": grid, **further}}
 
 
 def compute_sweep(cfg: ReversalConfig, field: str, values: list, ctx: RunContext) -> list[dict]:
@@ -198,23 +236,36 @@ def compute_sweep(cfg: ReversalConfig, field: str, values: list, ctx: RunContext
             for i in range(len(values))]
 
 
+def exactness(grid: dict, impl: dict, closed: dict, c, gamma, threshold_tol: float) -> dict:
+    """The exact identities on cells ``grid`` (eta, kappa, masked; c and gamma per cell or scalars): the largest
+    deviation from dV_impl = dV_PMD - c zeta / (2(1 - gamma)), absolute and relative to the cell's value scale
+    c / (1 - gamma), the largest decoder - closed-form difference, the unmasked cells (eta > 0, off the threshold)
+    whose gain has not the sign of (1 - gamma) kappa - eta c, and the threshold mask."""
+    eta, kappa, masked = grid["eta"], grid["kappa"], grid["masked"]
+    on_threshold = np.abs(eta * c - (1 - gamma) * kappa) <= threshold_tol
+    identity = impl["gain_implemented"] - (impl["gain_ideal"] - c * impl["row_error"] / (2 * (1 - gamma)))
+    sign_law = np.sign((1 - gamma) * kappa - eta * c)
+    unmasked_off = ~masked & ~on_threshold & (eta > 0)  # at eta = 0 the gain is 0 analytically
+    return {"identity": float(np.max(np.abs(identity))),
+            "identity_relative": float(np.max(np.abs(identity) * (1 - gamma) / c)),
+            "closed_form": max(float(np.max(np.abs(impl[k] - closed[k]))) for k in impl),
+            "sign_violations": int(np.sum(np.sign(impl["gain_implemented"][unmasked_off]) != sign_law[unmasked_off])),
+            "on_threshold": on_threshold}
+
+
 def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
     """Metrics, checks and the threshold table from the decoder's cells and the closed form's (numpy)."""
     grid, impl, closed = arrays["grid"], arrays["impl"], arrays["closed"]
     eta, kappa, masked = grid["eta"], grid["kappa"], grid["masked"]
-    on_threshold = np.abs(eta * cfg.c - (1 - cfg.gamma) * kappa) <= cfg.threshold_tol
+    exact = exactness(grid, impl, closed, cfg.c, cfg.gamma, cfg.threshold_tol)
+    on_threshold, closed_dev, sign_violations = exact["on_threshold"], exact["closed_form"], exact["sign_violations"]
     negative = (impl["gain_implemented"] < 0) & ~on_threshold
-    identity = impl["gain_implemented"] - (impl["gain_ideal"] - cfg.c * impl["row_error"] / (2 * (1 - cfg.gamma)))
-    closed_dev = max(float(np.max(np.abs(impl[k] - closed[k]))) for k in impl)
-    sign_law = np.sign((1 - cfg.gamma) * kappa - eta * cfg.c)
-    unmasked_off = ~masked & ~on_threshold & (eta > 0)  # at eta = 0 the gain is 0 analytically
-    sign_violations = int(np.sum(np.sign(impl["gain_implemented"][unmasked_off]) != sign_law[unmasked_off]))
     metrics = {
         "cells": float(len(eta)),
         "negative_cells_unmasked": float(np.sum(negative & ~masked)),
         "negative_cells_masked": float(np.sum(negative & masked)),
         "threshold_cells": float(np.sum(on_threshold)),
-        "max_identity_deviation": float(np.max(np.abs(identity))),
+        "max_identity_deviation": exact["identity"],
         "max_closed_form_deviation": closed_dev,
         "sign_law_violations_unmasked": float(sign_violations),
         "min_masked_gain_eta_positive": float(np.min(impl["gain_implemented"][masked & (eta > 0)])),
@@ -240,6 +291,15 @@ def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
         MASKED_GAIN.judge(metrics["min_masked_gain_eta_positive"]),
         PUBLISHED.judge(published_dev),
     ]
+    if "further" in arrays:  # a --sweep runs the main grid only
+        f = arrays["further"]
+        further = exactness(f["grid"], f["impl"], f["closed"], f["grid"]["c"], f["grid"]["gamma"], cfg.threshold_tol)
+        metrics.update(further_cells=float(len(f["grid"]["eta"])), further_max_identity_deviation=further["identity"],
+                       further_max_identity_deviation_relative=further["identity_relative"],
+                       further_max_closed_form_deviation=further["closed_form"],
+                       further_sign_law_violations=float(further["sign_violations"]))
+        found += [FURTHER_IDENTITY.judge(further["identity_relative"]), FURTHER_CLOSED_FORM.judge(further["closed_form"]),
+                  FURTHER_SIGN_LAW.judge(float(further["sign_violations"]))]
     paper_family = (cfg.c, cfg.gamma) == (1.0, 0.8)  # the paper's thresholds are (1 - 0.8) kappa / 1
     table = {
         "kappa": list(cfg.kappas),
@@ -253,9 +313,12 @@ def summarize(cfg: ReversalConfig, arrays: dict) -> Summary:
 
 
 def write(cfg: ReversalConfig, arrays: dict, summary: Summary, out_dir) -> None:
-    """``cells.csv`` (every cell) and ``reversal.png`` (Figure 4's three-margin panel)."""
+    """``cells.csv`` (every cell), ``further_cells.csv`` (section 16's further cells, with their c and gamma;
+    not for a sweep) and ``reversal.png`` (Figure 4's three-margin panel)."""
     grid, impl = arrays["grid"], arrays["impl"]
     io.write_csv(out_dir / "cells.csv", {**grid, **impl})
+    if "further" in arrays:
+        io.write_csv(out_dir / "further_cells.csv", {**arrays["further"]["grid"], **arrays["further"]["impl"]})
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(cfg.kappas), figsize=(4.2 * len(cfg.kappas), 3.4), sharey=True, squeeze=False)
@@ -284,6 +347,6 @@ STUDY = register(Study(
     summary="PolicyAttention reversal grid: 1,803 cells x (unmasked, masked) through the exact decoder",
     config_type=ReversalConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, traced=TRACED, compute_sweep=compute_sweep,
-    claims=(NEGATIVE_UNMASKED, NEGATIVE_MASKED, CLOSED_FORM, IDENTITY, SIGN_LAW, MASKED_GAIN, PUBLISHED),
+    claims=CLAIMS,
     quick_s=2,
 ))
