@@ -65,7 +65,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
-from scipy import integrate, optimize, special
 
 from regret_jax.regret_loss import flat_normal
 from regret_jax.stationarity import find_root, mu_d, ray_sample, scan_etas, scan_keys
@@ -174,7 +173,10 @@ def limit_scan(d: int, num_samples: int, map_fn=None, *, kappas, num_nodes: int 
 def _d2_inner(s: float, kappa: float, derivative: bool) -> float:
     """The inner integral of :func:`limit_d2` at one s in (0, 1): 4 int_0^inf phi(D) (p - q)^2 dD, or its
     kappa-derivative 8 int_0^inf phi(D) (p - q) dp/dkappa dD, with p = sigma(-kappa sqrt(2 s) D),
-    q = Phi(-sqrt(s / (1 - s)) D) and dp/dkappa = -sqrt(2 s) D p (1 - p)."""
+    q = Phi(-sqrt(s / (1 - s)) D) and dp/dkappa = -sqrt(2 s) D p (1 - p). (SciPy is imported here, not with the
+    module: it adds over a second to every process that imports ``regret_jax``.)"""
+    from scipy import integrate, special
+
     slope, sharp = np.sqrt(2 * s), np.sqrt(s / (1 - s))
 
     def f(D):
@@ -190,12 +192,16 @@ def _d2_inner(s: float, kappa: float, derivative: bool) -> float:
 def limit_d2(kappa: float, derivative: bool = False) -> float:
     """G_2(kappa), or dG_2/dkappa with ``derivative``, by deterministic quadrature in float64 (module
     docstring: the d = 2 reduction and its accuracy)."""
+    from scipy import integrate
+
     outer = lambda theta: _d2_inner(np.sin(theta) ** 2, kappa, derivative) * np.sin(2 * theta)  # noqa: E731
     return integrate.quad(outer, 0.0, np.pi / 2, epsabs=1e-13, epsrel=1e-11, limit=200)[0]
 
 
 def kappa_star_d2(bracket: tuple[float, float] = (1.5, 2.5)) -> float:
     """kappa*_inf(2) = argmin G_2: the root of dG_2/dkappa (:func:`limit_d2`) in ``bracket``, by Brent's method."""
+    from scipy import optimize
+
     return optimize.brentq(lambda kappa: limit_d2(kappa, derivative=True), *bracket, xtol=1e-10)
 
 

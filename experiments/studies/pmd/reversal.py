@@ -173,9 +173,8 @@ class ReversalConfig:
 
 QUICK = FULL = ReversalConfig()
 
-# Section 16's "2,928 further checks over reward scale, discount and margin": the paper gives their count, not their
-# grid. Ours: every (c, gamma, kappa) below, unmasked (the masked decoder is exact PMD, where the identities are
-# trivial), at 61 steps eta = 0, 0.05, ..., 3: 4 x 4 x 3 x 61 = 2,928 cells, nu = 20 as the main grid.
+# Section 16's further cells (module docstring): unmasked (the masked decoder is exact PMD, where the identities are
+# trivial), 4 x 4 x 3 (c, gamma, kappa) x 61 etas = 2,928, at the config's nu.
 FURTHER_GRID = {"c": (0.5, 1.0, 2.0, 4.0), "gamma": (0.5, 0.7, 0.9, 0.95), "kappa": (4.0, 8.0, 12.0)}
 FURTHER_ETAS = eta_grid(3.0, 60)
 
