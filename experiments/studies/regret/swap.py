@@ -313,7 +313,7 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
                                / h["gap_ce_ftrl_tuned"][-1] for run in ("learned", "init"))),
     ]
     table = {"H": h["H"].tolist(), **{k: v.tolist() for k, v in h.items() if k != "H"}}
-    sweep = calibration_table(config, arrays)
+    sweep = calibration_table(config, arrays, h["gap_ce_bm_tuned"])
     for i, H in enumerate(h["H"]):
         for name in ("best_c_over_d", "gap_ce_at_d_over_best", "best_c_over_tuned_bm"):
             metrics[f"calibration_{name}_t{H}"] = sweep[name][i]
@@ -323,10 +323,10 @@ def summarize(config: SwapConfig, arrays: dict) -> Summary:
     return Summary(metrics=metrics, checks=found, tables={"table": table, "heads": heads, "calibration": sweep})
 
 
-def calibration_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
+def calibration_table(config: SwapConfig, arrays: dict, bm_tuned: np.ndarray) -> dict[str, list]:
     """The calibration measured by a sweep: per horizon H, the c_d of ``calibration_grid`` with the lowest seed-mean
     gap_CE of the learned heads (over d), that gap, the gap at the assumed c_d = d over it (1: d is the best), and
-    that best gap over BM's at its best step: the learned heads and BM both tuned per horizon on the game."""
+    that best gap over ``bm_tuned`` [H], BM's at its best step: the learned heads and BM both tuned per horizon."""
     t = np.asarray(config.horizon_rounds()) - 1
     grid = config.calibration_grid()
     mean = np.asarray(arrays["calibration_sweep"], np.float64)[:, :, t].mean(axis=1)  # [G, H]
@@ -335,7 +335,7 @@ def calibration_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
     cols = np.arange(len(t))
     return {"H": config.horizon_rounds(), "best_c_over_d": (grid[best] / config.train.d).tolist(),
             "gap_ce_best_c": mean[best, cols].tolist(), "gap_ce_at_d_over_best": (at_d / mean[best, cols]).tolist(),
-            "best_c_over_tuned_bm": (mean[best, cols] / horizon_metrics(config, arrays)["gap_ce_bm_tuned"]).tolist()}
+            "best_c_over_tuned_bm": (mean[best, cols] / bm_tuned).tolist()}
 
 
 def head_table(config: SwapConfig, arrays: dict) -> dict[str, list]:
