@@ -199,7 +199,7 @@ def row_fn(etas: np.ndarray):
 def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunContext, name: str, etas=None,
                   **fp) -> dict:
     """Decoder and closed-form cells of ``rows`` (any number of grid rows) at ``etas`` (default the config's),
-    flat [rows * etas]."""
+    flat [rows * etas], and the cells themselves (``"cells"``: eta and every row field per cell)."""
     etas = cfg.etas if etas is None else etas
     eta = np.tile(etas, len(rows["kappa"]))
     cells = {k: np.repeat(v, len(etas)) for k, v in rows.items()}
@@ -211,17 +211,16 @@ def _grid_program(cfg: ReversalConfig, rows: dict[str, np.ndarray], ctx: RunCont
             eta, cells)
         closed = {k: np.asarray(v) for k, v in dataclasses.asdict(closed).items()}
     impl = {k: np.asarray(v).reshape(-1) for k, v in dataclasses.asdict(result.outputs).items()}
-    return {"impl": impl, "closed": closed}
+    return {"impl": impl, "closed": closed, "cells": {"eta": eta, **cells}}
 
 
 def compute(cfg: ReversalConfig, ctx: RunContext) -> dict:
     """``{"grid", "impl", "closed"}``: the cells, the decoder's gains and the closed form's, each [cells]; and
     ``"further"``, the same for the section-16 grid (``FURTHER_GRID``), with its per-cell c and gamma in its grid."""
-    rows = further_rows(cfg.nu)
-    further = _grid_program(cfg, rows, ctx, "ckpt_further", etas=FURTHER_ETAS)
-    grid = {"eta": np.tile(FURTHER_ETAS, len(rows["c"])), **{k: np.repeat(rows[k], len(FURTHER_ETAS))
-                                                            for k in ("kappa", "masked", "c", "gamma")}}
-    return {"grid": cfg.grid(), **_grid_program(cfg, cfg.rows(), ctx, "ckpt"), "further": {"grid": grid, **further}}
+    main = _grid_program(cfg, cfg.rows(), ctx, "ckpt")
+    further = _grid_program(cfg, further_rows(cfg.nu), ctx, "ckpt_further", etas=FURTHER_ETAS)
+    return {"grid": cfg.grid(), "impl": main["impl"], "closed": main["closed"],
+            "further": {"grid": further["cells"], "impl": further["impl"], "closed": further["closed"]}}
 
 
 def compute_sweep(cfg: ReversalConfig, field: str, values: list, ctx: RunContext) -> list[dict]:
