@@ -22,7 +22,17 @@ with the run. Two kinds:
   seeds); a percentile bootstrap cannot be wider than the sample's range and undercovers
   badly below about 20 units, while the t interval is exact for normal units and close
   for the bounded, averaged statistics the studies report. One unit gives no interval
-  (INCONCLUSIVE). An INCONCLUSIVE check records ``n_needed``, the unit count at which the
+  (INCONCLUSIVE). Nor does a PASS rest on fewer than :data:`MIN_AGREEING_UNITS` units that
+  agree exactly: with a discrete statistic (a success rate over 32 episodes) two seeds can
+  coincide by chance, and their t interval, of width 0, would call the claim shown on no
+  measure of the noise at all (``rate.minigrid_memory`` once passed at 0.406 [0.406, 0.406]
+  on 2 seeds that had given +0.41 and +0.38 on another CPU); such a check is INCONCLUSIVE.
+  Why 3: a success rate over 32 episodes at p = 0.4 puts at most 0.14 of its mass on one
+  value, so two seeds agree exactly with probability about 0.10 and three about 0.012 (a
+  paired difference of two such rates, less); two agreeing seeds are common, three rare.
+  The rule is one-sided, as a PASS is the claim the evidence must carry: an arm that is
+  exactly constant by construction (a uniform player, a model fed no rewards against
+  itself) still FAILs a claim it cannot meet. An INCONCLUSIVE check records ``n_needed``, the unit count at which the
   observed spread would give an interval clear of the margin (the normal approximation
   n = (1.96 sd / |mean - margin|)^2, rounded up): an estimate, not a promise.
 
@@ -47,6 +57,7 @@ __all__ = ["Check", "Claim", "Control", "PASS", "FAIL", "INCONCLUSIVE", "NO_POWE
 PASS, FAIL, INCONCLUSIVE, NO_POWER = "PASS", "FAIL", "INCONCLUSIVE", "NO POWER"
 VERDICTS = (PASS, FAIL, INCONCLUSIVE, NO_POWER)
 LEVEL = 0.95
+MIN_AGREEING_UNITS = 3  # a PASS on fewer units needs some spread among them (module docstring)
 _OPS = {">", ">=", "<", "<=", "within", "=="}
 _INTERVAL_OPS = {">", "<", "within"}
 _KEY = re.compile(r"<[a-z_]+>")
@@ -185,11 +196,15 @@ class Claim:
             return FAIL
         lo, hi, m = est.lo, est.hi, self.margin
         if self.op == ">":
-            return PASS if lo > m else FAIL if hi <= m else INCONCLUSIVE
-        if self.op == "<":
-            return PASS if hi < m else FAIL if lo >= m else INCONCLUSIVE
-        a, b = m - self.tol, m + self.tol
-        return PASS if a <= lo and hi <= b else FAIL if hi < a or lo > b else INCONCLUSIVE
+            verdict = PASS if lo > m else FAIL if hi <= m else INCONCLUSIVE
+        elif self.op == "<":
+            verdict = PASS if hi < m else FAIL if lo >= m else INCONCLUSIVE
+        else:
+            a, b = m - self.tol, m + self.tol
+            verdict = PASS if a <= lo and hi <= b else FAIL if hi < a or lo > b else INCONCLUSIVE
+        if verdict == PASS and est.sd == 0 and est.n < MIN_AGREEING_UNITS:
+            return INCONCLUSIVE  # no measure of the noise (module docstring)
+        return verdict
 
     def _needed(self, est: Estimate) -> int | None:
         edges = [self.margin] if self.op != "within" else [self.margin - self.tol, self.margin + self.tol]

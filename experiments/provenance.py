@@ -1,16 +1,23 @@
 """Where a result came from: code version (the commit and the state of the working tree), JAX
-version, backend, device count and the environment variables that set how XLA compiles and how
-memory is allocated."""
+version, backend, device count, the machine's CPU and the environment variables that set how XLA
+compiles and how memory is allocated.
+
+The CPU is on record because a trained number depends on it to the bit: XLA compiles for the
+instruction sets the CPU has (AVX2 or AVX-512 vectors, FMA), so a float sum is rounded in another
+order on another CPU, and training amplifies the difference (``rate.minigrid_memory``'s judged
+per-seed gaps were +0.41, +0.38 on one CPU and 0.406, 0.406 on an AVX2-only one, same commit and
+seeds)."""
 from __future__ import annotations
 
 import hashlib
 import os
 import pathlib
+import platform
 import subprocess
 
 import jax
 
-__all__ = ["git_sha", "provenance", "worktree"]
+__all__ = ["cpu", "git_sha", "provenance", "worktree"]
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -48,13 +55,36 @@ def worktree(repo: str | pathlib.Path = _REPO) -> dict[str, object]:
     return {"describe": describe.decode().strip(), "dirty": dirty, "diff_sha256": digest.hexdigest() if dirty else None}
 
 
+VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                   "avx512_bf16", "amx_tile", "amx_bf16")
+"""The CPU flags that change the code XLA generates for a matrix or vector loop (``cpu``)."""
+
+
+def cpu(cpuinfo: str | None = None) -> dict[str, object]:
+    """``{"model", "vector_features"}`` of this machine's CPU from ``/proc/cpuinfo`` (or the text
+    ``cpuinfo``): its first ``model name`` and which of :data:`VECTOR_FEATURES` its ``flags`` list.
+    ``{"model": platform.processor() or "unknown", "vector_features": None}`` where there is no such file."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {"model": platform.processor() or "unknown", "vector_features": None}
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "vector_features": [f for f in VECTOR_FEATURES if f in flags]}
+
+
 ENVIRONMENT = ("XLA_FLAGS", "GLIBC_TUNABLES")
 """Variables recorded when set: XLA's flags (``experiments.compile_flags``) and glibc's tunables
 (``experiments.huge_pages``)."""
 
 
 def provenance() -> dict[str, object]:
-    """``{"git", "worktree", "jax", "backend", "devices", "environment"}`` of this process (result.json
+    """``{"git", "worktree", "jax", "backend", "devices", "cpu", "environment"}`` of this process (result.json
     adds the run's flags and timings); ``environment`` holds those of :data:`ENVIRONMENT` that are set."""
     return {
         "git": git_sha(),
@@ -62,5 +92,6 @@ def provenance() -> dict[str, object]:
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": jax.device_count(),
+        "cpu": cpu(),
         "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
     }

@@ -137,7 +137,10 @@ def _details(result: dict[str, Any]) -> list[str]:
                            cell(paper[key]) if key in paper else ""]))
     overrides = ", ".join(f"`{o['field']}={json.dumps(o['value'])}`" for o in result.get("overrides", [])) or "none"
     p = result["provenance"]
+    cpu = p.get("cpu") or {}
+    cpu_text = [f"cpu {cpu['model']} ({' '.join(cpu['vector_features'] or ['?'])})"] if cpu else []
     prov = " · ".join([f"{k} {cell(p[k])}" for k in ("git", "jax", "backend", "devices", "processes") if k in p]
+                      + cpu_text
                       + [f"`{name}={value}`" for name, value in p.get("environment", {}).items()])
     lines += ["", f"Overrides: {overrides}", "", "Config:", "", "```json",
               json.dumps(result["config"], indent=1), "```", "", f"Provenance: {prov}", "", "</details>", ""]

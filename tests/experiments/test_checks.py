@@ -79,6 +79,19 @@ def test_one_unit_and_non_finite_values():
     assert Claim("e", "exact", ">", 0.0, exact=True, fails_if="f").judge(math.nan).verdict == FAIL
 
 
+def test_a_few_units_that_agree_exactly_give_no_interval():
+    # two seeds with the same success rate (13/32 each): a t interval of width 0 is no measure of the noise
+    for values in ([0.40625, 0.40625], [0.5] * (checks.MIN_AGREEING_UNITS - 1)):
+        c = _above().judge(values, control=[0.0] * len(values))
+        assert c.verdict == INCONCLUSIVE and c.lo == c.hi == values[0] and c.n_needed is None, values
+        assert c.control.verdict == FAIL  # one-sided: a constant arm below the margin still fails the claim
+        assert _above().judge(values, control=values).verdict == INCONCLUSIVE  # not NO POWER: neither passes
+    c = _above().judge([0.5] * checks.MIN_AGREEING_UNITS)  # enough agreeing units: the agreement is the evidence
+    assert c.verdict == PASS and c.lo == c.hi == 0.5
+    c = _above().judge([0.40625, 0.40626])  # any spread, however small: Student's t (half-width 12.7 x 5e-6)
+    assert c.verdict == PASS and c.hi - c.lo == pytest.approx(2 * 12.706 * 5e-6, rel=1e-3)
+
+
 def test_n_needed_from_the_normal_approximation():
     values = np.array([0.0, 0.2, 0.1, 0.3])
     c = _above(0.1).judge(values)

@@ -54,6 +54,7 @@ def test_time_alternating_alternates_the_order_and_times_each_call(monkeypatch):
 def test_provenance_and_git_sha(tmp_path):
     prov = provenance.provenance()
     assert prov["jax"] == jax.__version__ and prov["devices"] == 4 and prov["backend"] == "cpu"
+    assert prov["cpu"] == provenance.cpu()
     assert provenance.git_sha(tmp_path) == "unknown"  # not a git repository
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["init", "-q"], check=True)
@@ -63,6 +64,15 @@ def test_provenance_and_git_sha(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}", sha)
     head = (tmp_path / ".git" / "HEAD").read_text().split()[-1]
     assert (tmp_path / ".git" / head).read_text().strip() == sha
+
+
+def test_cpu_model_and_vector_features_from_cpuinfo():
+    two = ("processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse4_2 avx avx2 fma avx512fake\n\n"
+           "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu avx512f\n")
+    assert provenance.cpu(two) == {"model": "AMD EPYC 7B13", "vector_features": ["sse4_2", "avx", "avx2", "fma"]}
+    assert provenance.cpu("processor\t: 0\n") == {"model": "unknown", "vector_features": []}
+    here = provenance.cpu()
+    assert isinstance(here["model"], str) and here["model"]
 
 
 # --- dot_flops: matrix-multiply FLOPs counted on the jaxpr ------------------------------------

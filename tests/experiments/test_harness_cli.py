@@ -16,7 +16,7 @@ from experiments import checks, cli, io, registry, results, sweep
 from experiments.registry import Study, Summary
 
 RESULT_KEYS = {"study", "quick", "config", "overrides", "metrics", "checks", "paper", "provenance"}
-PROVENANCE_KEYS = {"git", "worktree", "jax", "backend", "devices", "environment", "resume", "allow_code_change",
+PROVENANCE_KEYS = {"git", "worktree", "jax", "backend", "devices", "cpu", "environment", "resume", "allow_code_change",
                    "processes", "wall_s", "compile_s"}
 
 
@@ -334,6 +334,7 @@ def test_report_headline_sections_and_corrupt_result(toys, tmp_path, capsys):
     assert f"full size · 2 pass · {results.wall_text(train['provenance'])} wall" in lines
     provenance = next(line for line in lines if line.startswith("Provenance: git "))
     assert provenance.endswith(f"`XLA_FLAGS={os.environ['XLA_FLAGS']}`")  # how the numbers were computed
+    assert f" · cpu {train['provenance']['cpu']['model']} (" in provenance  # and on which instruction sets
 
 
 @pytest.mark.parametrize("provenance, text", [
