@@ -170,6 +170,8 @@ class MRVStudyConfig:
 # Judged seeds (stream 0, 2 seeds, once): trained_frac_aligned 1.00 [1, 1] (alignment alone 1.00
 # too; copy valve 0, FAIL); retention RATE 0.98 [0.67, 1.28] (copy valve 0, FAIL); RATE - RATE-noMRV
 # +0.90 [0.33, 1.48] (control -0.08, INCONCLUSIVE): 3 PASS, 281 s wall under a load of ~20.
+# Since then two seeds that agree exactly carry no PASS (experiments.checks): trained_frac_aligned's
+# 1.00 [1, 1] is INCONCLUSIVE, so 2 PASS, 1 INCONCLUSIVE (the same numbers again on an AVX2-only CPU).
 QUICK = MRVStudyConfig(
     align_alpha=0.5,
     train=rate_jax.TrainConfig(
