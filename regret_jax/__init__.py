@@ -4,9 +4,9 @@ Implements "Training with (Swap) Regret Loss in a Single-Layer Self-Attention Mo
 Case Study on the Probability Simplex" (its equations are reconstructed and derived in
 docs/regret.md): the Eq. (1)-(2) attention with softmax, external and swap
 regret, the squared regret loss, the Theorem-1 ray scan, entropic FTRL, the d-head
-fixed-point (Blum-Mansour) model and its swap loss, equilibrium gaps in games, the
-parameter-level match of trained heads, the Stein form of F' and the ray's curvature, and
-the continuous-time limit of the ray.
+fixed-point (Blum-Mansour) model and its swap loss (on Gaussian blocks or on its own play),
+equilibrium gaps in games, the parameter-level match of trained heads, the Stein form of F'
+and the ray's curvature, and the continuous-time limit of the ray.
 """
 from regret_jax.attention import (
     AttentionLogits,
@@ -65,7 +65,7 @@ from regret_jax.limit import (
 )
 from regret_jax.param_match import head_blocks, invariants, logit_terms, ray_distance, ray_fit, swap_head_match, term_ratios
 from regret_jax.regret import cumulative_regret, external_regret, head_regrets, swap_regret
-from regret_jax.regret_loss import flat_normal, sample_losses, squared_regret_loss, swap_regrets
+from regret_jax.regret_loss import flat_normal, own_play_regrets, sample_losses, squared_regret_loss, swap_regrets
 from regret_jax.stein import ray_curvature, stein_sample, stein_terms
 from regret_jax.stationarity import (
     swap_block_gradients,
@@ -169,6 +169,7 @@ __all__ = [
     "make_schedule",
     "make_train",
     "mu_d",
+    "own_play_regrets",
     "policy_mse",
     "power_iteration",
     "ray_curvature",

@@ -1,4 +1,4 @@
-"""Regret losses: Eq. (6) with f(x) = x^2 on N(0, I_d) losses, and the swap loss Eq. (10).
+"""Regret losses: Eq. (6) with f(x) = x^2 on N(0, I_d) losses, and the swap loss Eq. (10) in its two readings.
 
 Surrogate (docs/regret.md §4.3-4.4): f(x) = x^2.  The identity surrogate is degenerate under
 N(0, I_d): for any predictable policy E<pi_t, l_t> = 0, so E[Regret] = sqrt(T) mu_d does
@@ -11,7 +11,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from regret_jax.regret import external_regret
+from regret_jax.learners import run_online, swap_learner
+from regret_jax.regret import external_regret, head_regrets
 
 
 def flat_normal(key: jax.Array, shape: tuple[int, ...], dtype=float) -> jax.Array:
@@ -58,3 +59,17 @@ def swap_regrets(head_policies: jax.Array, blocks: jax.Array) -> jax.Array:
     chex.assert_equal_shape([head_policies, blocks])
     chex.assert_rank(blocks, 4)
     return jnp.sum(jax.vmap(jax.vmap(external_regret, in_axes=(1, 1)))(head_policies, blocks), axis=-1)
+
+
+def own_play_regrets(head_params: dict, losses: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """sum_j R_j (Eq. (7)) of the d-head model's own Blum-Mansour play on one sequence ``losses`` [T, d], and the
+    number of played fixed points that did not converge; Eq. (10) is the batch mean of the first's square.
+
+    Own-play reading (docs/regret.md §10.8): every head sees the one sequence l_1..l_T through the tokens
+    z_s = x_s (x) l_s (``swap_learner`` at c_d = 1), x_t = FixedPoint(Q_t); R_j weights head j's losses by
+    x_t[j].  Gradients reach the heads through their softmaxes and through every x_t (the implicit VJP of
+    ``fixed_point``), both in R_j and in the later tokens.  By Eq. (8) the sum is SwapReg(x_{1:T}; l_{1:T}).
+    """
+    play = run_online(swap_learner(head_params, 1.0), losses)
+    q = jax.nn.softmax(play.states.logits, axis=-1)  # [T, d, d], q[t, j] = q_{j,t}
+    return jnp.sum(head_regrets(play.policies, q, losses)), play.final_state.nonconverged

@@ -3,8 +3,10 @@
 Each step draws a fresh batch of N(0, I_d) sequences and takes one optax step on
 * the squared external regret loss Eq. (6) for ``model = "attention"`` (reduced Eq. (2)
   model, all parameters free, no FTRL supervision) and ``model = "transformer"``;
-* the swap loss Eq. (10) with Gaussian block inputs for ``model = "multihead"`` (the
-  d-head Eq. (9) model; the fixed point is used only at evaluation).
+* the swap loss Eq. (10) for ``model = "multihead"`` (the d-head Eq. (9) model), read per
+  ``swap_inputs``: ``"blocks"``, independent Gaussian blocks, the fixed point used only at
+  evaluation (docs/regret.md §10.3); ``"own_play"``, the model's own Blum-Mansour play on one
+  shared N(0, I_d) sequence, gradients through ``fixed_point`` (§10.8, ``own_play_regrets``).
 Optimiser (engineer's choice, docs/regret.md §7.1 and 8.2: the paper's optimiser and schedule are
 lost): Adam with global-norm clipping, at a constant learning rate or, with
 ``schedule = "warmup_cosine"``, a linear warmup followed by a cosine decay to 0.  Sweeps
@@ -17,7 +19,11 @@ E[(R - c)^2] = E[R^2] - c^2 for every parameter value: the two objectives have t
 gradient and minimisers, and the per-batch gradient 2 (R - c) grad R is an unbiased
 estimate of grad E[R^2] whose weights R - c are much smaller than R (at d = 3, T = 50,
 c^2 = 35.8 of E[R^2] ~ 36.5-47).  The reported ``loss_curve`` is Eq. (6)/(10) itself.
-This holds only under the zero-mean training law, the only one trained on here.
+This holds only under the zero-mean training law, the only one trained on here, and only for
+the parameter-free E[R] of Eq. (6) and of Eq. (10)'s block reading.  In own play E[sum_j R_j]
+= E[SwapReg] depends on the parameters (through the played x_t), so a constant c would change
+the objective: grad E[(R - c)^2] = grad E[R^2] - 2 c grad E[R] also rewards a larger expected
+swap regret.  Own play is therefore never centred (``centered = True`` is rejected).
 """
 from __future__ import annotations
 
@@ -33,12 +39,13 @@ from flax import struct
 
 from regret_jax.attention import MultiHeadSimplexAttention, SimplexAttention
 from regret_jax.regret import external_regret
-from regret_jax.regret_loss import sample_losses, swap_regrets
+from regret_jax.regret_loss import own_play_regrets, sample_losses, swap_regrets
 from regret_jax.stationarity import mu_d
 from regret_jax.transformer import CausalTransformer
 
 MODELS = ("attention", "transformer", "multihead")
 SCHEDULES = ("constant", "warmup_cosine")
+SWAP_INPUTS = ("blocks", "own_play")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +67,7 @@ class TrainConfig:
     warmup_steps: int = 0  # "warmup_cosine" only: linear warmup steps before the cosine decay
     zero_readout: bool = False  # transformer only: zero read-out kernel, uniform policies at init (CausalTransformer)
     centered: bool = False  # differentiate mean((R - E[R])^2), same expected gradient as Eq. (6) (module docstring)
+    swap_inputs: str = "blocks"  # multihead only, one of SWAP_INPUTS: the reading of Eq. (10) (module docstring)
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -76,6 +84,10 @@ class TrainConfig:
             raise ValueError(f"warmup_steps must be in [0, num_steps), got {self.warmup_steps}")
         if self.d_model < self.num_heads or self.d_model % self.num_heads:
             raise ValueError(f"d_model must be a positive multiple of num_heads={self.num_heads}, got {self.d_model}")
+        if self.swap_inputs not in SWAP_INPUTS:
+            raise ValueError(f"swap_inputs must be one of {SWAP_INPUTS}, got {self.swap_inputs!r}")
+        if self.swap_inputs == "own_play" and (self.model != "multihead" or self.centered):
+            raise ValueError(f"swap_inputs='own_play' needs model='multihead' and centered=False, got {self.model!r}, {self.centered}")
 
 
 def build_model(config: TrainConfig) -> nn.Module:
@@ -92,28 +104,43 @@ def regret_offset(config: TrainConfig) -> float:
     """E[Regret] under the training law, the same for every parameter value (docs/regret.md §4.4, Proposition 5).
 
     sqrt(T) mu_d for Eq. (6); d sqrt(T) mu_d for the summed head regrets of Eq. (10)
-    (each head plays a predictable policy against its own zero-mean Gaussian block).
+    (each head plays a predictable policy against its own zero-mean Gaussian block).  Not defined for
+    ``swap_inputs = "own_play"``, where E[sum_j R_j] depends on the parameters (module docstring).
     """
+    if config.swap_inputs == "own_play":
+        raise ValueError("swap_inputs='own_play' has no parameter-free mean regret")
     offset = float(np.sqrt(config.T) * mu_d(config.d))
     return config.d * offset if config.model == "multihead" else offset
 
 
 def make_regrets(config: TrainConfig, model: nn.Module) -> Callable[..., jax.Array]:
-    """``regrets(variables, key, mask=None)`` [batch]: Regret (Eq. (4)) or sum_j R_j (Eq. (10)) on one fresh batch.
+    """``regrets(variables, key, mask=None)`` [batch]: Regret (Eq. (4)) or sum_j R_j (Eq. (10), in the reading of
+    ``swap_inputs``: one d^2-wide Gaussian token per round, or one d-vector l_t played through the model) on one fresh batch.
 
     ``mask`` [T] multiplies the losses of each round (see :func:`make_train`'s ``horizon``).
     """
+    regrets = _make_regrets(config, model)
+    return lambda variables, key, mask=None: regrets(variables, key, mask)[0]
+
+
+def _make_regrets(config: TrainConfig, model: nn.Module) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """:func:`make_regrets` plus the number of played fixed points that did not converge per sequence (own play; else 0)."""
     d, T, B = config.d, config.T, config.batch_size
-    width = d * d if config.model == "multihead" else d
+    own_play = config.swap_inputs == "own_play"  # implies model = "multihead" (TrainConfig)
+    width = d * d if config.model == "multihead" and not own_play else d
 
     def regrets(variables, key, mask=None):
         z = sample_losses(key, B, T, width)
         if mask is not None:
             z = z * mask[:, None]
+        if own_play:
+            return jax.vmap(own_play_regrets, in_axes=(None, 0))(variables["params"]["heads"], z)
         policies = jax.vmap(model.apply, in_axes=(None, 0))(variables, z)
         if config.model == "multihead":
-            return swap_regrets(policies, z.reshape(B, T, d, d))
-        return jax.vmap(external_regret)(policies, z)
+            r = swap_regrets(policies, z.reshape(B, T, d, d))
+        else:
+            r = jax.vmap(external_regret)(policies, z)
+        return r, jnp.zeros(B, jnp.int32)
 
     return regrets
 
@@ -122,6 +149,7 @@ def make_regrets(config: TrainConfig, model: nn.Module) -> Callable[..., jax.Arr
 class TrainOutput:
     variables: Any  # trained flax variables
     loss_curve: jax.Array  # [num_steps] training loss per step
+    nonconverged: jax.Array  # [num_steps] fraction of the batch's played fixed points not converged (own play; else 0)
 
 
 def make_schedule(config: TrainConfig) -> optax.Schedule:
@@ -158,7 +186,7 @@ def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
     grid of horizons can train each at its own rate.  ``None`` for both is the plain run.
     """
     model = build_model(config)
-    regrets_fn = make_regrets(config, model)
+    regrets_fn = _make_regrets(config, model)
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(make_schedule(config)))
 
     def train(key: jax.Array, horizon=None, lr_scale=None) -> TrainOutput:
@@ -169,23 +197,23 @@ def make_train(config: TrainConfig) -> Callable[..., TrainOutput]:
             scale = jnp.sqrt(jnp.asarray(horizon, jnp.float32) / config.T)  # E[R] is sqrt(horizon) times a constant
             offset = regret_offset(config) * scale if config.centered else 0.0
 
-        def objective(variables, step_key):  # (differentiated estimate, Eq. (6)/(10) value for the loss curve)
-            r = regrets_fn(variables, step_key, mask)
-            return jnp.mean((r - offset) ** 2), jnp.mean(r**2)
+        def objective(variables, step_key):  # (differentiated estimate, (Eq. (6)/(10) value, non-converged fraction))
+            r, nonconverged = regrets_fn(variables, step_key, mask)
+            return jnp.mean((r - offset) ** 2), (jnp.mean(r**2), jnp.mean(nonconverged) / config.T)
 
         def update(carry, step_key):
             variables, opt_state = carry
-            (_, value), grads = jax.value_and_grad(objective, has_aux=True)(variables, step_key)
+            (_, values), grads = jax.value_and_grad(objective, has_aux=True)(variables, step_key)
             updates, opt_state = optimiser.update(grads, opt_state, variables)
             if lr_scale is not None:
                 updates = jax.tree.map(lambda u: lr_scale * u, updates)
-            return (optax.apply_updates(variables, updates), opt_state), value
+            return (optax.apply_updates(variables, updates), opt_state), values
 
         variables = init_variables(config, key)
         data_key = jax.random.split(key)[1]
         opt_state = optimiser.init(variables)
         keys = jax.random.split(data_key, config.num_steps)
-        (variables, _), curve = jax.lax.scan(update, (variables, opt_state), keys)
-        return TrainOutput(variables=variables, loss_curve=curve)
+        (variables, _), (curve, nonconverged) = jax.lax.scan(update, (variables, opt_state), keys)
+        return TrainOutput(variables=variables, loss_curve=curve, nonconverged=nonconverged)
 
     return train
