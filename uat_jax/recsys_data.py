@@ -8,8 +8,15 @@ null / shuffle / adversarial corruption at d = 1) and Figure 1. numpy / pandas r
 prepare the files once; what runs per step (reward, expert target, delay, corruption,
 metrics) is pure JAX. Every reading of words the paper leaves open is stated here.
 
-Files (the MovieLens layout of ml-25m and ml-latest-small, F. M. Harper and J. A. Konstan,
-"The MovieLens Datasets: History and Context", 2015): a folder holding ``ratings.csv``
+Files (the MovieLens layouts, F. M. Harper and J. A. Konstan, "The MovieLens Datasets: History
+and Context", 2015; :data:`LAYOUTS`): a folder holding the files of one release as GroupLens ships
+it. ml-1m's ``ratings.dat`` / ``movies.dat`` (``::``-separated, no header, Latin-1) and ml-100k's
+``u.data`` (tab-separated userId, movieId, rating, timestamp), ``u.item`` (``|``-separated; the
+last 19 fields are 0/1 genre flags) and ``u.genre`` (the flags' names, ``name|index``) are read
+into the frames of the CSV layout (an ml-100k movie's genres: the names of its set flags in
+``u.genre``'s order, which is alphabetical; only ``unknown`` set is ``(no genres listed)``, no flag
+set is an error); their errors name the line counting from 1. The CSV layout of ml-25m and
+ml-latest-small: ``ratings.csv``
 (header ``userId,movieId,rating,timestamp``; integer ids, ratings in [0.5, 5], integer Unix
 seconds) and ``movies.csv`` (header ``movieId,title,genres``; genres ``|``-separated).
 Extra columns are ignored. A missing file or column, an unparseable or missing number, a
@@ -80,6 +87,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import io
 from pathlib import Path
 
 import jax
@@ -92,6 +100,11 @@ from uat_jax.feedback import FeedbackChannel, corrupt_episode
 from uat_jax.errors import DataError
 
 RATINGS_FILE, MOVIES_FILE = "ratings.csv", "movies.csv"
+LAYOUTS = {"ml-25m / ml-latest (CSV)": (RATINGS_FILE, MOVIES_FILE), "ml-1m": ("ratings.dat", "movies.dat"),
+           "ml-100k": ("u.data", "u.item", "u.genre")}
+"""The MovieLens releases' file names, by layout (module docstring); a folder is read in the first that it holds."""
+ML100K_GENRE_FLAGS = 19
+"""Genre flags at the end of each ``u.item`` line (``unknown`` and 18 genres)."""
 RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
 MOVIES_COLUMNS = ("movieId", "title", "genres")
 NO_GENRES = "(no genres listed)"
@@ -248,22 +261,19 @@ def read_ratings(path: str | Path) -> pd.DataFrame:
     """MovieLens ``ratings.csv`` -> frame (userId, movieId: int64; rating: float64;
     timestamp: int64), index = data row (line - 2). Errors name file, line and column."""
     path = Path(path)
-    frame = _drop_blank(_read_csv(path, RATINGS_COLUMNS))
-    out = {c: _numeric(path, frame, c, integer=c != "rating") for c in RATINGS_COLUMNS}
-    lo, hi = RATING_RANGE
-    bad = np.flatnonzero((out["rating"] < lo) | (out["rating"] > hi))
-    if bad.size:
-        i = bad[0]
-        raise DataError(f"{_where(path, frame.index[i], 'rating')}: rating {out['rating'][i]} outside [{lo}, {hi}]")
-    return pd.DataFrame({c: out[c] if c == "rating" else out[c].astype(np.int64) for c in RATINGS_COLUMNS},
-                        index=frame.index)
+    return _checked_ratings(path, _read_csv(path, RATINGS_COLUMNS))
 
 
 def read_movies(path: str | Path) -> pd.DataFrame:
     """MovieLens ``movies.csv`` -> frame (movieId: int64, title, genres: str, genre: the
     first listed genre or None for ``(no genres listed)``). Errors name file, line, column."""
     path = Path(path)
-    frame = _drop_blank(_read_csv(path, MOVIES_COLUMNS, dtype=str, keep_default_na=False))
+    return _checked_movies(path, _read_csv(path, MOVIES_COLUMNS, dtype=str, keep_default_na=False))
+
+
+def _checked_movies(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    """The movie frame of :func:`read_movies` from string columns ``MOVIES_COLUMNS``."""
+    frame = _drop_blank(frame)
     ids = _numeric(path, frame, "movieId", integer=True).astype(np.int64)
     dup = np.flatnonzero(pd.Series(ids).duplicated().to_numpy())
     if dup.size:
@@ -282,18 +292,89 @@ def read_movies(path: str | Path) -> pd.DataFrame:
                          "genre": first.where(genres != NO_GENRES, None).to_numpy()}, index=frame.index)
 
 
+def _read_headerless(path: Path, sep: str, columns: tuple[str, ...], **kwargs) -> pd.DataFrame:
+    """A GroupLens ``.dat`` / ``u.*`` file (no header, Latin-1) as strings, index = line - 2 (the
+    CSV layout's convention, so :func:`_where` names line index + 2). ``sep`` of more than one
+    character (ml-1m's ``::``) is replaced by a tab first: its titles hold single colons only."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found (expected the MovieLens {path.name})")
+    text = path.read_text(encoding="latin-1")
+    if len(sep) > 1:
+        text, sep = text.replace(sep, "\t"), "\t"
+    try:
+        frame = pd.read_csv(io.StringIO(text), sep=sep, header=None, dtype=str, keep_default_na=False,
+                            skip_blank_lines=False, quoting=csv.QUOTE_NONE, **kwargs)
+    except pd.errors.ParserError as err:
+        raise DataError(f"{path}: unreadable file ({err})") from err
+    frame.index = frame.index - 1
+    if frame.shape[1] < len(columns):
+        raise DataError(f"{path}: {frame.shape[1]} fields a line, expected {len(columns)}: {', '.join(columns)}")
+    return frame.iloc[:, :len(columns)].set_axis(list(columns), axis=1)
+
+
+def _checked_ratings(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    """The rating frame of :func:`read_ratings` from string columns ``RATINGS_COLUMNS``."""
+    frame = _drop_blank(frame)
+    out = {c: _numeric(path, frame, c, integer=c != "rating") for c in RATINGS_COLUMNS}
+    lo, hi = RATING_RANGE
+    bad = np.flatnonzero((out["rating"] < lo) | (out["rating"] > hi))
+    if bad.size:
+        i = bad[0]
+        raise DataError(f"{_where(path, frame.index[i], 'rating')}: rating {out['rating'][i]} outside [{lo}, {hi}]")
+    return pd.DataFrame({c: out[c] if c == "rating" else out[c].astype(np.int64) for c in RATINGS_COLUMNS},
+                        index=frame.index)
+
+
+def read_ml1m(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """ml-1m's ``ratings.dat`` (UserID::MovieID::Rating::Timestamp) and ``movies.dat``
+    (MovieID::Title::Genres) as the frames of :func:`read_ratings` and :func:`read_movies`."""
+    ratings_path, movies_path = (directory / name for name in LAYOUTS["ml-1m"])
+    ratings = _checked_ratings(ratings_path, _read_headerless(ratings_path, "::", RATINGS_COLUMNS))
+    return ratings, _checked_movies(movies_path, _read_headerless(movies_path, "::", MOVIES_COLUMNS))
+
+
+def read_ml100k(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """ml-100k's ``u.data``, ``u.item`` and ``u.genre`` as the frames of :func:`read_ratings` and
+    :func:`read_movies`; a movie's ``genres`` are the names of its set flags (module docstring)."""
+    data_path, item_path, genre_path = (directory / name for name in LAYOUTS["ml-100k"])
+    ratings = _checked_ratings(data_path, _read_headerless(data_path, "\t", RATINGS_COLUMNS))
+    names = _drop_blank(_read_headerless(genre_path, "|", ("name", "index")))
+    if list(names["index"]) != [str(i) for i in range(ML100K_GENRE_FLAGS)]:
+        raise DataError(f"{genre_path}: genre indices {list(names['index'])}, expected 0..{ML100K_GENRE_FLAGS - 1} "
+                        "in order (unknown and 18 genres, one per line)")
+    flags = tuple(f"flag {n}" for n in names["name"])
+    items = _drop_blank(_read_headerless(item_path, "|", ("movieId", "title", "release", "video", "url", *flags)))
+    set_flags = {f: _numeric(item_path, items, f, integer=True) == 1 for f in flags}
+    genres = []
+    for row, line in enumerate(items.index):
+        listed = [f[5:] for f in flags if set_flags[f][row]]
+        if not listed:
+            raise DataError(f"{_where(item_path, line, flags[0])}: movie {items['movieId'].iloc[row]} has no genre flag set")
+        genres.append("|".join(g for g in listed if g != "unknown") or NO_GENRES)
+    return ratings, _checked_movies(item_path, items[["movieId", "title"]].assign(genres=genres))
+
+
 def read_movielens(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ratings, movies) of a MovieLens folder; a rating of a movie absent from
-    ``movies.csv`` is an error naming its line (never dropped silently)."""
+    """(ratings, movies) of a MovieLens folder in any of :data:`LAYOUTS`; a rating of a movie
+    absent from the movie file is an error naming its line (never dropped silently)."""
     directory = Path(directory)
+    expected = "; ".join(f"{name}: {', '.join(files)}" for name, files in LAYOUTS.items())
     if not directory.is_dir():
-        raise DataError(f"data_dir {directory} is not a folder (expected {RATINGS_FILE} and {MOVIES_FILE})")
-    ratings, movies = read_ratings(directory / RATINGS_FILE), read_movies(directory / MOVIES_FILE)
+        raise DataError(f"data_dir {directory} is not a folder (expected the files of a MovieLens release: {expected})")
+    if (directory / RATINGS_FILE).is_file() or (directory / MOVIES_FILE).is_file():
+        files = LAYOUTS["ml-25m / ml-latest (CSV)"]
+        ratings, movies = read_ratings(directory / RATINGS_FILE), read_movies(directory / MOVIES_FILE)
+    elif (directory / LAYOUTS["ml-1m"][0]).is_file():
+        files, (ratings, movies) = LAYOUTS["ml-1m"], read_ml1m(directory)
+    elif (directory / LAYOUTS["ml-100k"][0]).is_file():
+        files, (ratings, movies) = LAYOUTS["ml-100k"], read_ml100k(directory)
+    else:
+        raise DataError(f"data_dir {directory} holds no MovieLens rating file (expected {expected})")
     unknown = np.flatnonzero(~np.isin(ratings["movieId"].to_numpy(), movies["movieId"].to_numpy()))
     if unknown.size:
         i = unknown[0]
-        raise DataError(f"{_where(directory / RATINGS_FILE, ratings.index[i], 'movieId')}: movie "
-                        f"{ratings['movieId'].iloc[i]} is not in {directory / MOVIES_FILE}")
+        raise DataError(f"{_where(directory / files[0], ratings.index[i], 'movieId')}: movie "
+                        f"{ratings['movieId'].iloc[i]} is not in {directory / files[1]}")
     return ratings, movies
 
 

@@ -205,6 +205,77 @@ def test_missing_files(tmp_path):
         rd.read_movielens(tmp_path)
 
 
+# GroupLens's other layouts, written here as its READMEs describe them (Latin-1, no header)
+ML100K_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
+                 "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]
+
+
+def write_ml1m(folder, ratings, movies):
+    """ratings [(user, movie, rating, time)], movies [(id, title, genres)] as ml-1m's ratings.dat, movies.dat."""
+    (folder / "ratings.dat").write_text("".join("::".join(map(str, r)) + "\n" for r in ratings), encoding="latin-1")
+    (folder / "movies.dat").write_text("".join("::".join(map(str, m)) + "\n" for m in movies), encoding="latin-1")
+    return folder
+
+
+def write_ml100k(folder, ratings, movies, genres=ML100K_GENRES):
+    """ratings as above; movies [(id, title, [genre names])] as ml-100k's u.data, u.item (flags), u.genre."""
+    (folder / "u.data").write_text("".join("\t".join(map(str, r)) + "\n" for r in ratings), encoding="latin-1")
+    lines = [f"{i}|{title}|01-Jan-1995||http://x/{i}|" + "|".join(str(int(g in listed)) for g in ML100K_GENRES)
+             for i, title, listed in movies]
+    (folder / "u.item").write_text("\n".join(lines) + "\n", encoding="latin-1")
+    (folder / "u.genre").write_text("".join(f"{g}|{i}\n" for i, g in enumerate(genres)) + "\n", encoding="latin-1")
+    return folder
+
+
+def test_ml1m_and_ml100k_layouts_read_as_the_csv_layout(tmp_path):
+    ratings = [(1, 1, 4, 100), (1, 2, 3, 101), (2, 1, 5, 99)]
+    (tmp_path / "csv").mkdir()
+    write(tmp_path / "csv", "userId,movieId,rating,timestamp\n" + "".join(",".join(map(str, r)) + "\n" for r in ratings),
+          'movieId,title,genres\n1,"Heat: Redux, The (1995)",Action|Crime\n2,Café (1995),Animation|Comedy\n'
+          '3,Lost (1996),(no genres listed)\n')
+    want_r, want_m = (f.reset_index(drop=True) for f in rd.read_movielens(tmp_path / "csv"))
+    (tmp_path / "1m").mkdir()
+    movies = [(1, "Heat: Redux, The (1995)", "Action|Crime"), (2, "Café (1995)", "Animation|Comedy"),
+              (3, "Lost (1996)", "(no genres listed)")]
+    got_r, got_m = (f.reset_index(drop=True) for f in rd.read_movielens(write_ml1m(tmp_path / "1m", ratings, movies)))
+    pd.testing.assert_frame_equal(got_r, want_r)
+    pd.testing.assert_frame_equal(got_m, want_m)
+    (tmp_path / "100k").mkdir()
+    flagged = [(1, "Heat: Redux, The (1995)", ["Crime", "Action"]), (2, "Café (1995)", ["Comedy", "Animation"]),
+               (3, "Lost (1996)", ["unknown"])]
+    got_r, got_m = (f.reset_index(drop=True) for f in rd.read_movielens(write_ml100k(tmp_path / "100k", ratings, flagged)))
+    pd.testing.assert_frame_equal(got_r, want_r)
+    pd.testing.assert_frame_equal(got_m, want_m)  # flags in u.genre's (alphabetical) order: Action|Crime
+
+
+ML1M_MOVIES = [(1, "A (1995)", "Drama"), (2, "B (1995)", "Comedy")]
+ML100K_MOVIES = [(1, "A (1995)", ["Drama"]), (2, "B (1995)", ["Comedy"])]
+
+
+@pytest.mark.parametrize("layout, ratings, movies, genres, where", [
+    ("1m", [(1, 1, 4, 100), (1, 2, 3)], ML1M_MOVIES, None, r"ratings.dat: line 2, column 'timestamp': missing value"),
+    ("1m", [(1, 1, 4, 100), (1, 2, 6, 101)], ML1M_MOVIES, None, r"ratings.dat: line 2, column 'rating': rating 6.0"),
+    ("1m", [(1, 7, 4, 100)], ML1M_MOVIES, None, r"ratings.dat: line 1, column 'movieId': movie 7 is not in .*movies.dat"),
+    ("1m", [(1, 1, 4, 100)], ML1M_MOVIES + [(2, "C", "Drama")], None, r"movies.dat: line 3, column 'movieId': duplicate"),
+    ("1m", [(1, 1, 4, 100)], [(1, "A", "")], None, r"movies.dat: line 1, column 'genres': movie 1 has no genres"),
+    ("100k", [(1, 1, 4, 100), (1, 2, "x", 101)], ML100K_MOVIES, ML100K_GENRES,
+     r"u.data: line 2, column 'rating': unparseable number 'x'"),
+    ("100k", [(1, 1, 4, 100)], ML100K_MOVIES + [(3, "C", [])], ML100K_GENRES,
+     r"u.item: line 3, column 'flag unknown': movie 3 has no genre flag set"),
+    ("100k", [(1, 1, 4, 100)], ML100K_MOVIES, ML100K_GENRES[:-1], r"u.genre: genre indices .* expected 0..18"),
+])
+def test_ml1m_and_ml100k_errors_name_file_line_and_column(tmp_path, layout, ratings, movies, genres, where):
+    folder = write_ml1m(tmp_path, ratings, movies) if layout == "1m" else write_ml100k(tmp_path, ratings, movies, genres)
+    with pytest.raises(ValueError, match=where):
+        rd.read_movielens(folder)
+
+
+def test_a_folder_of_no_known_layout_names_them_all(tmp_path):
+    (tmp_path / "u.item").write_text("1|A|||x|" + "|".join("0" * 19) + "\n")
+    with pytest.raises(ValueError, match=r"holds no MovieLens rating file .*ratings.csv.*ratings.dat.*u.data"):
+        rd.read_movielens(tmp_path)
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match="min_user_interactions"):
         rd.RecsysConfig(min_user_interactions=52)

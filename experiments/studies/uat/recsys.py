@@ -18,8 +18,9 @@ program each; seed ``s`` of every
 condition and model uses the same key. The dataset is one replicated argument of every
 program (``sweep_map(shared=...)``).
 
-Data: ``data_dir`` names a MovieLens folder (``ratings.csv``, ``movies.csv``; the ml-25m or
-ml-latest-small layout, prepared with ``data``, the paper's filters by default); without
+Data: ``data_dir`` names a MovieLens folder as GroupLens ships it (ml-25m and ml-latest's
+``ratings.csv``, ``movies.csv``; ml-1m's ``.dat`` files; ml-100k's ``u.data``, ``u.item``,
+``u.genre``: ``recsys_data.LAYOUTS``), prepared with ``data``, the paper's filters by default; without
 it the synthetic generator (``recsys_data.write_synthetic`` with ``synthetic``) writes the
 two files into the run's folder (``synthetic/``) and the study reads them back through the
 same reader. On synthetic data the paper's numbers are beside ours for orientation only:
@@ -134,8 +135,8 @@ class RecsysStudyConfig:
         if not set(self.corruptions) <= set(CORRUPTIONS) or len(set(self.corruptions)) != len(self.corruptions):
             raise ValueError(f"corruptions must be distinct names from {CORRUPTIONS}, got {self.corruptions}")
         if self.data_dir is not None and not Path(self.data_dir).is_dir():
-            raise ValueError(f"data_dir {self.data_dir!r} is not a folder (expected MovieLens "
-                             f"{recsys_data.RATINGS_FILE} and {recsys_data.MOVIES_FILE})")
+            raise ValueError(f"data_dir {self.data_dir!r} is not a folder (expected the files of a MovieLens release: "
+                             + "; ".join(f"{k}: {', '.join(v)}" for k, v in recsys_data.LAYOUTS.items()) + ")")
         if self.size.horizon != self.data.horizon:
             raise ValueError(f"size.horizon ({self.size.horizon}) must equal data.horizon ({self.data.horizon}), "
                              "the window length T")
