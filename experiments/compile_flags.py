@@ -22,7 +22,8 @@ loop emitters for fused elementwise code). Alone on 2 idle cores it took ``uat.d
 from 82 to 77 s (compiling 37 -> 30 s), but ``rate.minigrid_memory``'s run from 166 to 183 s
 (its compile time unchanged), and ``make run`` with it took 15 min 25 s against 15 min 17 s
 without. The test suite, where compiling is nearly all the time, does use it
-(``tests/conftest.py``).
+(``tests/conftest.py``). Nor LLVM's O0 for runs (2026-12-06, the test suite's level): it compiles no
+faster than O1 and runs far slower (``uat.markets --quick`` alone: 125 -> 316 s, compiling 29 -> 30 s).
 
 Compilation cache: ``run`` sets JAX's persistent compilation cache to ``OUT/.jax_cache``
 (``JAX_COMPILATION_CACHE_DIR``; ``OUT`` the ``--out`` folder), so a program compiled once
