@@ -36,7 +36,16 @@ Numerics (all stated so that they can be checked):
 * Monte Carlo over Z: each sample draws an independent Z per node (lower variance than one Z
   for all nodes, same mean), and the same Z for every kappa (common random numbers); dG/dkappa is
   the pathwise derivative of each sample by autodiff; the root and its standard error come from
-  :func:`regret_jax.find_root`.
+  :func:`regret_jax.find_root`, whose straight line through 4 grid points has a bias of its own (+0.0057 at d = 2
+  on ``regret.limit``'s grid, docs/regret.md §5.7).
+* The grid-free root (:func:`limit_root`, :func:`root_moments`): on a fixed sample (Z per node, q computed once
+  per node: it does not depend on kappa) each sample's dh(kappa) is one smooth function of kappa; its values at
+  :data:`ROOT_CHEB` = 16 Chebyshev-Lobatto nodes of a bracket of half-width :data:`ROOT_HALFWIDTH` = 0.25 give its
+  interpolant to float32 rounding (|error| < 2e-7 per sample for d = 2..1000, a root shift < 1e-6), and the mean of
+  the interpolants is the interpolant of the mean dG_hat.  Its root by bisection then Newton, se by the delta
+  method sd(dh_i(kappa*)) / sqrt(N) / |dG_hat'(kappa*)|; the root of a sample mean has an O(1/N) bias, negligible
+  against that O(1/sqrt(N)) se.  se = s_1 / sqrt(N) with s_1 = 0.16 (d = 2) to 0.31 (d = 1000): about 26,000
+  to 97,000 samples for se = 1e-3 (docs/regret.md §5.7).
 * d = 2 by deterministic quadrature (:func:`limit_d2`, :func:`kappa_star_d2`), the Monte Carlo's reference:
   with D = (Z_1 - Z_2) / sqrt(2) ~ N(0, 1), softmax(-kappa sqrt(s) Z)_1 = sigma(-kappa sqrt(2 s) D) and
   q_1(sqrt(s / (1 - s)) Z) = Phi(-sqrt(s / (1 - s)) D); both rows sum to 1, so the squared distance is
@@ -155,7 +164,8 @@ def limit_moments(g, dg, mass_error, kappas) -> dict[str, np.ndarray]:
 
 
 def _default_map(fn, xs, chunk):
-    return jax.jit(jax.vmap(fn))(xs)
+    """``fn`` over the leading axis of ``xs``, vmapped in batches of ``chunk`` (one compiled program)."""
+    return jax.jit(lambda x: jax.lax.map(fn, x, batch_size=chunk))(xs)
 
 
 def limit_scan(d: int, num_samples: int, map_fn=None, *, kappas, num_nodes: int = LIMIT_NODES, seed: int = 0,
@@ -168,6 +178,102 @@ def limit_scan(d: int, num_samples: int, map_fn=None, *, kappas, num_nodes: int 
     keys = limit_keys(d, num_samples, seed)
     run = map_fn or _default_map
     return limit_moments(*run(limit_sample(d, kappas, num_nodes), keys, min(chunk_size, num_samples)), kappas)
+
+
+ROOT_CHEB = 16  # Chebyshev-Lobatto nodes of the root bracket of limit_root()
+ROOT_HALFWIDTH = 0.25  # half-width of that bracket in kappa
+ROOT_GAP_FIT = (0.598, -0.311)  # kappa*_inf(d) - sqrt(2 ln d) ~ a + b ln ln d (docs/regret.md §5.7), the bracket's centre
+
+
+def root_centre(d: int) -> float:
+    """Centre of the default root bracket: sqrt(2 ln d) + a + b ln ln d, the descriptive gap fit of docs/regret.md §5.7
+    (residuals <= 0.03 for d = 2..1000, well inside :data:`ROOT_HALFWIDTH`)."""
+    a, b = ROOT_GAP_FIT
+    return float(np.sqrt(2 * np.log(d)) + a + b * np.log(np.log(d)))
+
+
+def root_kappas(centre: float, halfwidth: float = ROOT_HALFWIDTH, num: int = ROOT_CHEB) -> np.ndarray:
+    """The bracket's Chebyshev-Lobatto nodes centre + halfwidth * t_j, t_j = -cos(pi j / (num - 1)), ascending [num]."""
+    if num < 3 or not halfwidth > 0:
+        raise ValueError(f"need num >= 3 and halfwidth > 0, got {num}, {halfwidth}")
+    return centre - halfwidth * np.cos(np.pi * np.arange(num) / (num - 1))
+
+
+def _cheb_basis(t, num: int):
+    """[T_0(t), ..., T_{num-1}(t)] by the three-term recurrence (smooth at t = +-1, so autodiff works there)."""
+    rows = [jnp.ones_like(t), t]
+    for _ in range(num - 2):
+        rows.append(2 * t * rows[-1] - rows[-2])
+    return jnp.stack(rows[:num], axis=-1)
+
+
+@jax.jit
+def _cheb_root(coeffs: jax.Array) -> jax.Array:
+    """The up-crossing of p(t) = sum_k c_k T_k(t) in [-1, 1] (p(-1) < 0 < p(1) assumed): 30 bisection steps, then
+    4 Newton steps from the bracket's midpoint, kept inside the last bracket."""
+    p = lambda t: _cheb_basis(t, coeffs.shape[0]) @ coeffs  # noqa: E731
+
+    def bisect(_, lohi):
+        lo, hi = lohi
+        mid = (lo + hi) / 2
+        neg = p(mid) < 0
+        return jnp.where(neg, mid, lo), jnp.where(neg, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, 30, bisect, (-jnp.ones((), coeffs.dtype), jnp.ones((), coeffs.dtype)))
+
+    def newton(_, t):
+        return jnp.clip(t - p(t) / jax.grad(p)(t), lo, hi)
+
+    return jax.lax.fori_loop(0, 4, newton, (lo + hi) / 2)
+
+
+def root_moments(g, dg, kappas) -> dict[str, np.ndarray]:
+    """kappa*_inf(d) as the exact root of the sample-mean derivative, from per-sample (g, dg) [N, M] at the
+    Chebyshev-Lobatto nodes ``kappas`` [M] of a bracket (:func:`root_kappas`; docs/regret.md §5.7).
+
+    The sample fixes Z per node and q (which does not depend on kappa), so each sample's dh(kappa) is one smooth
+    function; its values at the M nodes give its degree-(M - 1) interpolant, and the interpolant of the mean
+    dG_hat is the mean of the samples' interpolants (linearity), with no line fit through grid points.  The root
+    of that polynomial in the bracket: bisection then Newton (:func:`_cheb_root`, jitted).  Standard error by the
+    delta method: se = sd_i(dh_i(kappa*)) / sqrt(N) / |dG_hat'(kappa*)|.  The root of a sample mean is consistent,
+    with an O(1/N) bias, negligible against its O(1/sqrt(N)) se.
+
+    Keys: ``kappa_star``, ``se`` (nan unless the mean derivative rises across the bracket: ``bracketed``),
+    ``G`` (the interpolated sample-mean G_d at the root) and ``G_se``, ``slope`` (dG_hat/dkappa at the root), ``dG``
+    (the mean derivative at the nodes) and ``sign_changes`` (of it along the nodes).
+    """
+    g, dg, kappas = (np.asarray(x, np.float64) for x in (g, dg, kappas))
+    n, m = dg.shape
+    centre, halfwidth = (kappas[-1] + kappas[0]) / 2, (kappas[-1] - kappas[0]) / 2
+    to_coeffs = np.linalg.inv(np.polynomial.chebyshev.chebvander((kappas - centre) / halfwidth, m - 1))  # values -> c_k
+    mean_dg = dg.mean(0)
+    bracketed = bool(mean_dg[0] < 0 < mean_dg[-1])
+    t = float(_cheb_root(jnp.asarray(to_coeffs @ mean_dg))) if bracketed else np.nan
+    basis = np.polynomial.chebyshev.chebvander(np.array([t]), m - 1)[0] @ to_coeffs  # node values -> value at t
+    slope_basis = np.polynomial.chebyshev.chebval(t, np.polynomial.chebyshev.chebder(to_coeffs)) / halfwidth
+    dh_root, g_root = dg @ basis, g @ basis  # per sample at the root [N]
+    slope = float(slope_basis @ mean_dg)
+    changes = np.sum(np.sign(mean_dg[1:]) != np.sign(mean_dg[:-1]))
+    return {"kappa_star": np.asarray(centre + halfwidth * t), "se": np.asarray(dh_root.std(ddof=1) / np.sqrt(n) / abs(slope)),
+            "G": np.asarray(g_root.mean()), "G_se": np.asarray(g_root.std(ddof=1) / np.sqrt(n)), "slope": np.asarray(slope),
+            "dG": mean_dg, "bracketed": np.asarray(bracketed), "sign_changes": np.asarray(changes)}
+
+
+def limit_root(d: int, num_samples: int, map_fn=None, *, centre: float | None = None, halfwidth: float = ROOT_HALFWIDTH,
+               num_kappas: int = ROOT_CHEB, num_nodes: int = LIMIT_NODES, seed: int = 0,
+               chunk_size: int = LIMIT_CHUNK) -> dict[str, np.ndarray]:
+    """kappa*_inf(d) without a grid fit: :func:`root_moments` of :func:`limit_sample` at :func:`root_kappas` over
+    :func:`limit_keys` (the samples of :func:`limit_scan` with the same seed; a prefix of them for fewer samples).
+
+    ``centre`` defaults to :func:`root_centre` (d); the root must lie within ``halfwidth`` of it (else nan). Each
+    sample computes q once per node (``limit_integrand``) and dh at all M nodes from it; ``map_fn`` as in
+    :func:`limit_scan`.  Per-sample output is [M], so memory is O(N M) for any d.
+    """
+    kappas = root_kappas(root_centre(d) if centre is None else centre, halfwidth, num_kappas)
+    keys = limit_keys(d, num_samples, seed)
+    run = map_fn or _default_map
+    g, dg, mass = run(limit_sample(d, kappas, num_nodes), keys, min(chunk_size, num_samples))
+    return {**root_moments(g, dg, kappas), "kappas": kappas, "mass_error": np.asarray(np.max(mass))}
 
 
 def _d2_inner(s: float, kappa: float, derivative: bool) -> float:

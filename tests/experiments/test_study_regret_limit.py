@@ -7,7 +7,8 @@ from experiments.registry import RunContext
 from experiments.studies.regret import limit as study
 from experiments.studies.regret.limit import LimitConfig, discrete_cell, gap_fit, limit_cell, summarize
 
-TINY = LimitConfig(ds=(2, 3, 5), Ts=(10, 20), num_sequences=200, limit_samples=200, limit_nodes=6, num_limit_kappas=12)
+TINY = LimitConfig(ds=(2, 3, 5), Ts=(10, 20), num_sequences=200, limit_samples=200, root_samples=200, limit_nodes=6,
+                   num_limit_kappas=12)
 WOBBLE = 0.01 * np.linspace(-1, 1, 10)  # the planted per-block spread
 
 
@@ -18,6 +19,8 @@ def test_limit_and_discrete_cells_through_the_sweep(tmp_path):
     assert 1.8 < float(lim["kappa_star"]) < 2.4  # kappa*_inf(3) = 2.1 (docs/regret.md §5.7 table)
     assert lim["block_kappa"].shape == lim["block_G"].shape == (10,)
     assert abs(np.mean(lim["block_kappa"]) / lim["kappa_star"] - 1) < 0.02  # linearised at the root of all samples
+    assert bool(lim["root_bracketed"]) and abs(float(lim["root_kappa_star"]) - float(lim["kappa_star"])) < 0.05
+    assert 0.5 < float(lim["root_se"]) / float(lim["se"]) < 2  # the same 200 samples, the grid-free root
     cell = discrete_cell(TINY, 3, 20, float(lim["kappa_star"]), ctx)
     assert cell["excess"].shape == (TINY.num_discrete_kappas,)
     np.testing.assert_allclose(cell["kappas"][TINY.num_discrete_kappas // 2], lim["kappa_star"], rtol=1e-6)  # centred grid
@@ -36,7 +39,8 @@ def _synthetic(config: LimitConfig, k_inf, k_T, excess=None, se=0.01, se_T=0.03,
     limit = {"kappas": np.stack([config.limit_kappas(d) for d in config.ds]), "G": np.full((D, Kl), G),
              "G_se": np.full((D, Kl), G_se), "dG": np.zeros((D, Kl)), "dG_se": np.ones((D, Kl)), "kappa_star": k_inf,
              "se": np.full(D, se), "sign_changes": np.ones(D, int), "mass_error": np.full(D, 3e-7),
-             "block_kappa": k_inf[:, None] * (1 + WOBBLE), "block_G": np.full((D, 10), G) * (1 + WOBBLE)}
+             "block_kappa": k_inf[:, None] * (1 + WOBBLE), "block_G": np.full((D, 10), G) * (1 + WOBBLE),
+             "root_kappa_star": k_inf - 0.005, "root_se": np.full(D, se), "root_bracketed": np.ones(D, bool)}
     profile = np.ones(Kd)
     profile[[0, -1]] = 1.5
     discrete = {"kappas": np.ones((D, nT, Kd)), "excess": np.repeat(excess[..., None], Kd, -1),
@@ -62,6 +66,9 @@ def test_summarize_on_synthetic_arrays():
     assert summary.metrics["kappa_gap_T_max_z_max_abs"] == pytest.approx(0.01 / np.hypot(0.03, 0.01))
     assert summary.metrics["hedge_gap_d2"] == pytest.approx(1.9 - np.sqrt(2 * np.log(2)))
     assert summary.tables["table"]["d"] == [2, 5, 20, 100] and len(summary.tables["cells"]["d"]) == 8
+    assert summary.metrics["kappa_inf_fit_minus_root_d5"] == pytest.approx(0.005) and summary.metrics["root_unbracketed"] == 0
+    assert summary.metrics["kappa_inf_root_se_d20"] == pytest.approx(0.01)
+    assert summary.tables["table"]["kappa_inf_root"] == pytest.approx(list(K_INF - 0.005))
 
 
 def test_controls_fail_their_claims():
@@ -99,6 +106,7 @@ def test_limit_config_validates():
     for kwargs, field in [({"ds": (2, 5)}, "ds"), ({"ds": (5, 2, 20)}, "ds"), ({"Ts": (100,)}, "Ts"),
                           ({"num_discrete_kappas": 8}, "num_discrete_kappas"), ({"discrete_halfwidth": 1.0}, "discrete_halfwidth"),
                           ({"stream": 2}, "stream"), ({"limit_samples": 10}, "limit_samples"),
-                          ({"limit_ratio_min": 3.0}, "limit_ratio"), ({"num_blocks": 1}, "num_blocks")]:
+                          ({"limit_ratio_min": 3.0}, "limit_ratio"), ({"num_blocks": 1}, "num_blocks"),
+                          ({"root_samples": 50}, "root_samples"), ({"root_kappas": 4}, "root_kappas")]:
         with pytest.raises(ValueError, match=field):
             LimitConfig(**kwargs)

@@ -16,7 +16,11 @@ from regret_jax.limit import (
     limit_integrand,
     limit_keys,
     limit_nodes,
+    limit_root,
     limit_sample,
+    root_centre,
+    root_kappas,
+    root_moments,
 )
 
 _q = jax.jit(argmin_probs, static_argnums=1)
@@ -181,6 +185,46 @@ def test_d2_monte_carlo_matches_the_quadrature():
     fitted = rj.find_root(jnp.asarray(kappas), jnp.asarray(exact_dg), jnp.ones(len(kappas)))
     assert abs(float(fitted.eta) - exact_root) < 1e-3
     assert abs(mc["kappa_star"] - exact_root) < 4.5 * mc["se"], (mc["kappa_star"], exact_root, mc["se"])
+
+
+def test_limit_root_d2_matches_the_quadrature():
+    """limit_root (the exact root of the sample-mean dG on fixed samples, docs/regret.md §5.7) at d = 2 against the
+    deterministic kappa*_inf(2) = 1.89701: within 3 of its se and within 3e-3, at se ~ 1e-3 (no grid-fit bias:
+    find_root's line fit is +0.0057 off on regret.limit's grid)."""
+    n = 24_000
+    est = limit_root(2, n)
+    exact = kappa_star_d2()
+    k, se = float(est["kappa_star"]), float(est["se"])
+    assert bool(est["bracketed"]) and int(est["sign_changes"]) == 1 and est["mass_error"] < 1e-5
+    assert 0.8e-3 < se < 1.3e-3, se
+    assert abs(k - exact) < min(3 * se, 3e-3), (k, exact, se)
+    assert abs(float(est["G"]) - limit_d2(exact)) < 3 * float(est["G_se"]), (est["G"], est["G_se"])
+    assert abs(float(est["slope"]) - limit_d2(exact + 1e-3, True) / 1e-3) < 0.05 * float(est["slope"])  # G_2'' at the root
+
+
+def test_limit_root_se_matches_the_spread_of_replicates():
+    """16 disjoint replicates of 400 samples at d = 3: the sd of their roots is within a factor 1.6 of the mean
+    delta-method se (the sd of 16 draws has a relative sd of about 18%). And the root of all 6,400 is the root of
+    their mean dG itself: recomputed directly at it, the mean vanishes to under 1% of one se times the slope (the
+    Chebyshev interpolant adds no bias of its own)."""
+    d, reps, n = 3, 16, 400
+    kappas, keys = root_kappas(root_centre(d)), limit_keys(d, reps * n, seed=1)
+    g, dg, _ = jax.jit(jax.vmap(limit_sample(d, kappas)))(keys)
+    pooled = root_moments(g, dg, kappas)
+    _, dg_at, _ = jax.jit(jax.vmap(limit_sample(d, np.array([float(pooled["kappa_star"])]))))(keys)
+    assert abs(np.mean(np.asarray(dg_at, np.float64))) < 0.01 * float(pooled["se"]) * float(pooled["slope"])
+    fits = [root_moments(g[i * n:(i + 1) * n], dg[i * n:(i + 1) * n], kappas) for i in range(reps)]
+    roots, ses = np.array([float(f["kappa_star"]) for f in fits]), np.array([float(f["se"]) for f in fits])
+    ratio = roots.std(ddof=1) / ses.mean()
+    assert 1 / 1.6 < ratio < 1.6, (ratio, roots, ses)
+    assert np.all(np.abs(roots - root_centre(d)) < 0.1)
+
+
+def test_limit_root_outside_the_bracket_is_nan():
+    est = limit_root(3, 200, centre=3.5, halfwidth=0.2)
+    assert not bool(est["bracketed"]) and np.isnan(est["kappa_star"]) and np.isnan(est["se"])
+    with pytest.raises(ValueError, match="num"):
+        root_kappas(2.0, 0.1, 2)
 
 
 def test_centred_moments_hand_example():

@@ -60,6 +60,14 @@ At d = 2 (when ``ds`` holds it) the Monte-Carlo root stands beside the determini
 through 4 grid points fed the exact dG_2: +0.0057 on the default grid, about one standard error of the quick
 root). Reported, not checked: that the Monte Carlo matches the quadrature is a test
 (``tests/regret_jax/test_regret_limit.py``).
+
+Beside the grid-fit root, every d reports the grid-free root (``regret_jax.limit.root_moments``, docs/regret.md §5.7):
+the exact root of the sample-mean dG_d, interpolated through 16 Chebyshev nodes within 0.25 of
+``regret_jax.limit.root_centre(d)`` from the same pass (q once per sample and node), with its delta-method se:
+metrics ``kappa_inf_root_d{d}``, ``kappa_inf_root_se_d{d}``, ``kappa_inf_fit_minus_root_d{d}`` (grid fit minus
+grid-free; on the same samples when ``root_samples == limit_samples``, as in the quick preset, so it is the fit's error
+alone), ``kappa_inf_root_d2_minus_quadrature_z`` and ``root_unbracketed`` (the number of d whose root left the
+bracket, 0 expected); table columns ``kappa_inf_root``, ``kappa_inf_root_se``, ``fit_minus_root``. No check reads it.
 """
 from __future__ import annotations
 
@@ -71,7 +79,19 @@ import regret_jax as rj
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.blocks import block_means, block_roots, interpolate_at
-from regret_jax.limit import LIMIT_CHUNK, LIMIT_NODES, centred_moments, limit_keys, limit_moments, limit_sample
+from regret_jax.limit import (
+    LIMIT_CHUNK,
+    LIMIT_NODES,
+    ROOT_CHEB,
+    ROOT_HALFWIDTH,
+    centred_moments,
+    limit_keys,
+    limit_moments,
+    limit_sample,
+    root_centre,
+    root_kappas,
+    root_moments,
+)
 
 PAPER: dict[str, float] = {}  # no numeric result of the paper survived (docs/regret.md §12)
 
@@ -109,12 +129,19 @@ class LimitConfig:
     ``num_discrete_kappas``) with w = ``discrete_halfwidth`` (an odd count, so kappa*_inf(d) is its centre).
     A discrete batch holds at most ``max_chunk_floats`` loss entries (T d per sequence) and ``chunk_size``
     sequences. ``stream`` 0 is judged, 1 screening (the seed of both the limit keys and the sequences).
+    The grid-free root (``regret_jax.limit.root_moments``) reads the first ``root_samples`` limit samples at
+    ``root_kappas`` Chebyshev nodes within ``root_halfwidth`` of ``regret_jax.limit.root_centre(d)``; the same
+    pass as the grid (q once per sample and node), so with ``root_samples == limit_samples`` both roots read the
+    same samples and their difference is the grid fit's error alone.
     """
 
     ds: tuple[int, ...] = (2, 5, 20, 100)
     Ts: tuple[int, ...] = (100, 1000)
     num_sequences: int = 600
     limit_samples: int = 600
+    root_samples: int = 600
+    root_halfwidth: float = ROOT_HALFWIDTH
+    root_kappas: int = ROOT_CHEB
     limit_nodes: int = LIMIT_NODES
     limit_ratio_min: float = 0.8
     limit_ratio_max: float = 2.0
@@ -132,13 +159,15 @@ class LimitConfig:
             raise ValueError(f"ds must hold at least 3 distinct increasing dimensions >= 2 (trends in d are checked), got {self.ds}")
         if len(self.Ts) < 2 or min(self.Ts) < 2 or list(self.Ts) != sorted(set(self.Ts)):
             raise ValueError(f"Ts must hold at least 2 distinct increasing horizons >= 2 (trends in T are checked), got {self.Ts}")
-        for name in ("num_sequences", "limit_samples"):
+        for name in ("num_sequences", "limit_samples", "root_samples"):
             if getattr(self, name) < 100:
                 raise ValueError(f"{name} must be >= 100, got {getattr(self, name)}")
         if self.limit_nodes < 2:
             raise ValueError(f"limit_nodes must be >= 2, got {self.limit_nodes}")
         if not 0 < self.limit_ratio_min < self.limit_ratio_max:
             raise ValueError(f"need 0 < limit_ratio_min < limit_ratio_max, got {self.limit_ratio_min}, {self.limit_ratio_max}")
+        if self.root_kappas < 8 or not self.root_halfwidth > 0:
+            raise ValueError(f"need root_kappas >= 8 and root_halfwidth > 0, got {self.root_kappas}, {self.root_halfwidth}")
         if self.num_limit_kappas < 8:
             raise ValueError(f"num_limit_kappas must be >= 8, got {self.num_limit_kappas}")
         if not self.discrete_halfwidth > 1:
@@ -172,21 +201,33 @@ QUICK = LimitConfig()
 # action for d >= 20, 0.7 us per round at d = 2; 71 ms per limit sample at d = 1000), 2.8 h of it the discrete cells,
 # dominated by d >= 200 at T = 10^4 (2 s per sequence); every round is a [chunk, eta, d] array op, which an
 # accelerator runs in parallel. Batches of up to 2^30 loss entries (4 GiB; 107 sequences at d = 1000, T = 10^4).
+# root_samples: se < 1e-3 of the grid-free root at every d up to 1000 (se sqrt(N) on screening: 0.16 at d = 2, 0.24
+# at d = 100, 0.31 at d = 1000, i.e. 97,000 samples at d = 1000; 120,000 leaves a 10% margin on se). One count for
+# every d: d <= 100 costs under 15 min of it. The limit pass then runs 120,000 samples per d, about 2.5 h more on
+# these 2 loaded cores (q's cost grows as d; per sample with the pass's 40 kappas: 41 ms at d = 1000, 18 ms at
+# d = 500, 7 ms at d = 200, 4 ms at d = 100), so FULL is about 5.5 h here.
 FULL = LimitConfig(
     ds=(2, 3, 5, 10, 20, 50, 100, 200, 500, 1000), Ts=(100, 1000, 10_000), num_sequences=4000,
-    limit_samples=4000, max_chunk_floats=2**30,
+    limit_samples=4000, root_samples=120_000, max_chunk_floats=2**30,
 )
 
 
 def limit_cell(config: LimitConfig, d: int, ctx: RunContext) -> dict[str, np.ndarray]:
     """kappa*_inf(d): :func:`regret_jax.limit.limit_moments` of the samples of ``limit_scan``, run by a checkpointed
     ``sweep_map``, and per disjoint block of the samples (:func:`~experiments.studies.regret.stationarity.block_roots`):
-    ``block_kappa`` the root, ``block_G`` G_d at kappa*_inf of all samples."""
-    kappas = config.limit_kappas(d)
-    keys = limit_keys(d, config.limit_samples, config.stream)
-    g, dg, mass = seeds.mapped(ctx, f"limit_d{d}", limit_sample(d, kappas, config.limit_nodes), keys,
-                               min(config.limit_chunk, config.limit_samples), d=d)
+    ``block_kappa`` the root, ``block_G`` G_d at kappa*_inf of all samples. The same pass evaluates every sample at
+    the root bracket's nodes too: ``root_*`` are :func:`regret_jax.limit.root_moments` of the first ``root_samples``
+    (the grid-free root, docs/regret.md §5.7)."""
+    kappas, bracket = config.limit_kappas(d), root_kappas(root_centre(d), config.root_halfwidth, config.root_kappas)
+    n, K = max(config.limit_samples, config.root_samples), len(kappas)
+    keys = limit_keys(d, n, config.stream)  # a prefix of the keys is the keys of fewer samples
+    g, dg, mass = seeds.mapped(ctx, f"limit_d{d}", limit_sample(d, np.concatenate([kappas, bracket]), config.limit_nodes),
+                               keys, min(config.limit_chunk, n), d=d, bracket=bracket.tolist())
+    g, dg, mass = (np.asarray(x) for x in (g, dg, mass))
+    root = root_moments(g[:config.root_samples, K:], dg[:config.root_samples, K:], bracket)
+    g, dg, mass = g[:config.limit_samples, :K], dg[:config.limit_samples, :K], mass[:config.limit_samples]
     out = limit_moments(g, dg, mass, kappas)
+    out.update({f"root_{k}": v for k, v in root.items() if k != "dG"})
     k, B = float(out["kappa_star"]), config.num_blocks
     out["block_kappa"] = block_roots(dg, kappas, k, B)
     out["block_G"] = block_means(interpolate_at(np.asarray(g, np.float64), kappas, k), B)
@@ -312,6 +353,12 @@ def summarize(config: LimitConfig, arrays: dict) -> Summary:
     metrics.update({f"G_at_root_d{d}": float(r["G_at_root"][i]) for i, d in enumerate(ds)})
     metrics.update({f"kappa_star_d{d}_T{T}": float(r["kappa_T"][i, j]) for i, d in enumerate(ds) for j, T in enumerate(Ts)})
     metrics.update(gap_fit(ds, gap_h, se))
+    lim = arrays["limit"]
+    k_root, se_root = np.asarray(lim["root_kappa_star"], float), np.asarray(lim["root_se"], float)
+    metrics.update({f"kappa_inf_root_d{d}": float(k_root[i]) for i, d in enumerate(ds)})
+    metrics.update({f"kappa_inf_root_se_d{d}": float(se_root[i]) for i, d in enumerate(ds)})
+    metrics.update({f"kappa_inf_fit_minus_root_d{d}": float(k[i] - k_root[i]) for i, d in enumerate(ds)})
+    metrics["root_unbracketed"] = int(np.sum(~np.asarray(lim["root_bracketed"], bool)))
     metrics["hedge_ratio_dmax_minus_1"] = float(ratio[-1] - 1)
     metrics["hedge_ratio_dmax_minus_1_se"] = float(ratio_se[-1])
     metrics["kappa_gap_T_max_z_max_abs"] = float(np.max(np.abs(z_gap[:, -1])))
@@ -321,6 +368,8 @@ def summarize(config: LimitConfig, arrays: dict) -> Summary:
     metrics["sign_changes_max_abs_dev"] = float(max(np.max(np.abs(r["sign_changes_T"] - 1)), np.max(np.abs(r["sign_changes_inf"] - 1))))
     if 2 in ds:
         metrics.update(d2_reference(config, float(k[ds.index(2)]), float(se[ds.index(2)])))
+        metrics["kappa_inf_root_d2_minus_quadrature_z"] = float(
+            (k_root[ds.index(2)] - metrics["kappa_inf_d2_quadrature"]) / se_root[ds.index(2)])
     b = block_claims(config, arrays)
     found = [
         MATCHES_LIMIT.judge(b["match"], control=b["match_hedge"]),
@@ -328,7 +377,8 @@ def summarize(config: LimitConfig, arrays: dict) -> Summary:
         INF_GROWS.judge(b["grows"], control=b["grows_hedge"]),
         HEDGE_RATIO_FALLS.judge(b["ratio_falls"], control=b["ratio_falls_log"]),
     ]
-    table = {"d": ds, "kappa_inf": k.tolist(), "kappa_inf_se": se.tolist(), "hedge_sqrt_2_ln_d": hedge.tolist(),
+    table = {"d": ds, "kappa_inf": k.tolist(), "kappa_inf_se": se.tolist(), "kappa_inf_root": k_root.tolist(),
+             "kappa_inf_root_se": se_root.tolist(), "fit_minus_root": (k - k_root).tolist(), "hedge_sqrt_2_ln_d": hedge.tolist(),
              "gap": gap_h.tolist(), "ratio": ratio.tolist(), "G_at_root": r["G_at_root"].tolist(),
              **{f"kappa_T{T}": r["kappa_T"][:, j].tolist() for j, T in enumerate(Ts)},
              **{f"kappa_se_T{T}": r["kappa_T_se"][:, j].tolist() for j, T in enumerate(Ts)}}
