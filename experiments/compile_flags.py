@@ -10,8 +10,9 @@ optimise at its O1 level instead of O2 (measured alone on 2 idle cores, with the
 set and the compilation cache off: ``uat.darkroom --quick`` 109 -> 83 s, compiling 58 ->
 39 s; ``uat.sepsis`` 110 -> 83 s; ``rate.tmaze``, whose run time dominates, 124 -> 104 s; every
 metric of the three the same to the bit). The first flag alone computes the same bits as XLA's
-defaults; at O1 a float may differ in its last bit (a sum rounded in another order: on the
-test's training step one parameter's gradient, by 1 unit in the last place), which the studies'
+defaults; at O1 a float may differ in its last bits (a sum rounded in another order: on the
+test's training step gradients differ by up to 4 units in the last place of the largest one, and on
+an AVX2-only CPU a bias gradient that is zero but for rounding changes by 4e-10), which the studies'
 metrics above did not show (``tests/experiments/test_compile_flags.py`` runs one training step
 all three ways).
 Full runs, benchmarks and every other verb keep XLA's defaults. A user who sets either flag

@@ -10,16 +10,15 @@ from experiments import compile_flags
 
 FAST = "--xla_llvm_disable_expensive_passes=true --xla_backend_optimization_level=1"
 
-# One AdamW step of a tiny Vanilla-TF on the cross-entropy of a greedy causal rollout (the decode-cache scan,
-# the parallel pass, its gradient): the loss, the rollout and the new parameters, saved to the file named by argv[1].
+# One training step of a tiny Vanilla-TF on the cross-entropy of a greedy causal rollout (the decode-cache scan,
+# the parallel pass, its gradient): the loss, the rollout and the gradient, saved to the file named by argv[1].
 _PROGRAM = """
 import sys, jax, numpy as np
 from uat_jax import cells
 from uat_jax.model import DecisionTransformer, init_params, sequence_logits
-from uat_jax.train import Task, batch_rollout, cross_entropy, make_optimizer
+from uat_jax.train import Task, batch_rollout, cross_entropy
 cfg = cells.Size(d_model=8, n_heads=2, d_ff=16, n_layers=1, horizon=6, batch_size=2).train_config("vt")
 model = DecisionTransformer(cfg.model)
-optimizer = make_optimizer(cfg)
 
 def step(key):
     params = init_params(model, key)
@@ -28,8 +27,7 @@ def step(key):
     loss_fn = lambda p: cross_entropy(jax.vmap(lambda o, a, r: sequence_logits(model, p, o, a, r))(
         traj.obs, traj.actions, traj.fed_rewards), traj.expert)
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, _ = optimizer.update(grads, optimizer.init(params), params)
-    return loss, traj.actions, jax.tree.map(lambda p, u: p + u, params, updates)
+    return loss, traj.actions, grads
 
 out = jax.jit(step)(jax.random.key(3))
 np.savez(sys.argv[1], *jax.tree.leaves(out))
@@ -91,18 +89,23 @@ def _outputs(xla_flags: str, path) -> list[np.ndarray]:
 
 def test_quick_compilation_computes_the_same_numbers(tmp_path):
     """XLA's default pipeline against the quick runs' flags, on a training step (rollout, parallel pass, gradient):
-    without LLVM's expensive passes, the same bits; at LLVM's O1 as well, the same greedy actions and every float
-    within 2 units in the last place (one parameter's gradient, a sum over the batch, is rounded in another order)."""
+    without LLVM's expensive passes, the same bits; at LLVM's O1 the same loss, the same greedy actions, and every
+    gradient within 4 units in the last place of the largest gradient entry. A sum rounded in another order errs on
+    the scale of its terms, not of its result: on an AVX2-only CPU one bias's gradient, zero but for rounding
+    (entries about 3e-9 against gradients up to 19), differs by 4e-10, a million units in its own last place and
+    0.0002 units in the last place of the largest; an optimiser step that divides by the gradient's size (Adam) would blow that up,
+    so the parameters after one are not compared."""
     default = _outputs("", tmp_path / "default.npz")
     cheap = _outputs(f"{compile_flags.FAST_COMPILE[0][0]}=true", tmp_path / "cheap.npz")
     quick = _outputs(FAST, tmp_path / "quick.npz")
     assert len(default) == len(cheap) == len(quick) > 20
-    for d, c, q in zip(default, cheap, quick):
+    for d, c in zip(default, cheap):
         assert d.tobytes() == c.tobytes()
-        if d.dtype.kind == "f":
-            assert np.all(np.abs(q - d) <= 2 * np.spacing(np.abs(d))), np.abs(q - d).max()
-        else:
-            assert np.array_equal(q, d)
+    (loss, actions, *grads), (q_loss, q_actions, *q_grads) = default, quick
+    assert abs(q_loss - loss) <= 2 * np.spacing(abs(loss)) and np.array_equal(q_actions, actions)
+    ulp = np.spacing(max(np.abs(g).max() for g in grads))
+    for g, q in zip(grads, q_grads):
+        assert np.all(np.abs(q - g) <= 4 * ulp), (np.abs(q - g).max(), ulp)
 
 
 # A scanned recurrence and its gradient: small enough to start fast, a loop and a transpose to compile.
