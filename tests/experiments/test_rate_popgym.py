@@ -18,7 +18,7 @@ TINY = ["--set", "tasks=[\"repeat_previous\"]", "--set", "base.n_layer=1", "--se
 
 @pytest.mark.parametrize("override", ["tasks=[\"battleship\"]", "tasks=[]", "level=\"extreme\"",
                                       "variants=[\"RATE\"]", "num_segments=1", "training.chunks=7", "stream=2",
-                                      "training.learning_rate=0"])
+                                      "training.learning_rate=0", "training.detach_memory=2"])
 def test_bad_overrides_are_usage_errors(override, capsys):
     assert cli.main(["show", "rate.popgym", "--quick", "--set", override]) == 2
     assert "error:" in capsys.readouterr().err
@@ -30,6 +30,13 @@ def test_segment_length_holds_the_episode():
     assert config.train_config("autoencode", "RATE").model.segment_len == 35  # 103 + 1 <= 105
     dt = config.train_config("count_recall", "DT")
     assert dt.model.segment_len == 18 and dt.num_segments == 3 and dt.model.num_mem_tokens == 0
+
+
+def test_the_authors_detached_trainer_is_an_option_for_every_model():
+    detached = study.QUICK.training.__class__(**{**vars(study.QUICK.training), "detach_memory": True})
+    config = study.PopgymStudyConfig(**{**vars(study.QUICK), "training": detached})
+    assert not study.QUICK.train_config("repeat_previous", "RATE").detach_memory  # full BPTT by default
+    assert all(config.train_config("repeat_previous", v).detach_memory for v in ("RATE", "DT", "RMT", "TrXL"))
 
 
 def _arrays(config, rate, noise, dt, seeds=4):
@@ -77,9 +84,12 @@ def test_memory_noise_control_fails_every_claim():
 
 
 def test_tiny_run_end_to_end(tmp_path):
-    assert cli.main(["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY]) in (0, 1)
+    # the authors' detached trainer here (rate.minigrid_memory's tiny run keeps full backpropagation)
+    argv = ["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY, "--set", "training.detach_memory=true"]
+    assert cli.main(argv) in (0, 1)
     out = tmp_path / "rate.popgym"
     result = json.loads((out / "result.json").read_text())
+    assert result["config"]["training"]["detach_memory"] is True
     assert [c["name"] for c in result["checks"]] == ["rate_minus_dt_repeat_previous", "rate_minus_dt_mean_return"]
     assert all(c["kind"] == "interval" and c["n"] == 1 and c["verdict"] == "INCONCLUSIVE" for c in result["checks"])
     m = result["metrics"]

@@ -28,7 +28,13 @@ class Budget:
     """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
     ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
     from ``num_train`` oracle episodes (``num_val`` held out), AdamW at ``learning_rate`` with
-    ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``)."""
+    ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``).
+
+    ``detach_memory``: the authors' trainer (one optimiser step per segment, the memory passed
+    between segments detached; ``rate_jax.TrainConfig.detach_memory``, docs/rate.md section 7)
+    instead of full backpropagation through every segment. Full backpropagation is the default
+    because under the detached trainer no loss depends on the Memory Retention Valve's weights,
+    so the valve is never trained (a tested consequence of the chain rule)."""
 
     num_steps: int
     chunks: int
@@ -38,6 +44,7 @@ class Budget:
     learning_rate: float
     warmup_steps: int
     weight_decay: float
+    detach_memory: bool = False
 
     def __post_init__(self):
         def need(cond, field, allowed):
@@ -50,12 +57,13 @@ class Budget:
         need(self.learning_rate > 0, "learning_rate", "> 0")
         need(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
         need(self.weight_decay >= 0, "weight_decay", ">= 0")
+        need(isinstance(self.detach_memory, bool), "detach_memory", "a bool")
 
     def train_config(self, model: rate_jax.ModelConfig, num_segments: int, task) -> rate_jax.TrainConfig:
         return rate_jax.TrainConfig(
             model=model, task=task, num_segments=num_segments, num_train=self.num_train, num_val=self.num_val,
             batch_size=self.batch_size, num_steps=self.num_steps, learning_rate=self.learning_rate,
-            warmup_steps=self.warmup_steps, weight_decay=self.weight_decay)
+            warmup_steps=self.warmup_steps, weight_decay=self.weight_decay, detach_memory=self.detach_memory)
 
 
 def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seeds: int, stream: int, chunks: int):
