@@ -1,5 +1,6 @@
 """Study rate.popgym: config errors, summarize against hand-computed margins, a tiny run end to end."""
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -18,7 +19,8 @@ TINY = ["--set", "tasks=[\"repeat_previous\"]", "--set", "base.n_layer=1", "--se
 
 @pytest.mark.parametrize("override", ["tasks=[\"battleship\"]", "tasks=[]", "level=\"extreme\"",
                                       "variants=[\"RATE\"]", "num_segments=1", "training.chunks=7", "stream=2",
-                                      "training.learning_rate=0", "training.detach_memory=2"])
+                                      "training.learning_rate=0", "training.detach_memory=2",
+                                      "training.grad_clip=0", "training.lr_end_factor=2"])
 def test_bad_overrides_are_usage_errors(override, capsys):
     assert cli.main(["show", "rate.popgym", "--quick", "--set", override]) == 2
     assert "error:" in capsys.readouterr().err
@@ -30,6 +32,21 @@ def test_segment_length_holds_the_episode():
     assert config.train_config("autoencode", "RATE").model.segment_len == 35  # 103 + 1 <= 105
     dt = config.train_config("count_recall", "DT")
     assert dt.model.segment_len == 18 and dt.num_segments == 3 and dt.model.num_mem_tokens == 0
+
+
+def test_full_is_the_authors_script():
+    """run_experiments/POPGym/RATE/{0,9,42}.sh of the authors' repository (the FULL comment names each flag)."""
+    full = study.FULL
+    assert dataclasses.asdict(full.base) | {"obs_dim": 0, "num_actions": 0, "segment_len": 0} == dict(
+        obs_dim=0, num_actions=0, segment_len=0, n_layer=8, d_model=128, n_head=10, d_head=128, d_inner=0,
+        num_mem_tokens=30, mem_len=40, n_head_ca=2, mrv_act="relu", dropout=0.05, dropatt=0.2,
+        read_mem_from_cache=False)
+    t = full.training
+    assert (t.batch_size, t.learning_rate, t.warmup_steps, t.weight_decay, t.lr_end_factor, t.grad_clip,
+            t.detach_memory, full.num_segments) == (32, 3e-4, 100, 0.01, 0.1, 5.0, False, 3)
+    tcfg = full.train_config("count_recall", "RATE-nocache")
+    assert tcfg.model.mem_len == 0 and tcfg.model.num_mem_tokens == 30
+    assert (tcfg.lr_end_factor, tcfg.grad_clip) == (0.1, 5.0)
 
 
 def test_the_authors_detached_trainer_is_an_option_for_every_model():
@@ -84,18 +101,21 @@ def test_memory_noise_control_fails_every_claim():
 
 
 def test_tiny_run_end_to_end(tmp_path):
-    # the authors' detached trainer here (rate.minigrid_memory's tiny run keeps full backpropagation)
-    argv = ["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY, "--set", "training.detach_memory=true"]
+    # as the FULL preset trains: the authors' detached trainer (rate.minigrid_memory's tiny run keeps full
+    # backpropagation), RATE with a Transformer-XL cache, and RATE without it
+    argv = ["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY, "--set", "training.detach_memory=true",
+            "--set", "base.mem_len=6", "--set", 'variants=["RATE", "DT", "RATE-nocache"]']
     assert cli.main(argv) in (0, 1)
     out = tmp_path / "rate.popgym"
     result = json.loads((out / "result.json").read_text())
     assert result["config"]["training"]["detach_memory"] is True
+    assert np.isfinite(result["metrics"]["rate_no_cache_repeat_previous"])
     assert [c["name"] for c in result["checks"]] == ["rate_minus_dt_repeat_previous", "rate_minus_dt_mean_return"]
     assert all(c["kind"] == "interval" and c["n"] == 1 and c["verdict"] == "INCONCLUSIVE" for c in result["checks"])
     m = result["metrics"]
     assert -1.0 <= m["rate_repeat_previous"] <= 1.0 and -1.0 <= m["random_repeat_previous"] < 0.0
     rows = list(csv.DictReader((out / "returns.csv").open()))
-    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", v) for v in ("RATE", "DT", study.NOISE)}
+    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", v) for v in ("RATE", "DT", "RATE-nocache", study.NOISE)}
     assert (out / "returns.png").stat().st_size > 0
     with np.load(out / "popgym.npz") as npz:
         assert npz["return_repeat_previous_RATE"].shape == (1, 4)

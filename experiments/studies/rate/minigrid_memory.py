@@ -66,7 +66,7 @@ from experiments.studies.rate import training
 from rate_jax import minigrid_memory
 from rate_jax.tasks import MinigridTask
 
-METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl"}
+METRIC_NAMES = training.METRIC_NAMES
 NOISE = training.NOISE
 CONTROL = "RATE with noise in place of its memory (minus DT)"
 TRAIN_CLAIM = checks.Claim(

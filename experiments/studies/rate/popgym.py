@@ -70,7 +70,7 @@ from rate_jax import popgym
 from rate_jax.tasks import PopgymTask
 
 PAPER = {"rate_memory_subset_normalised_score": 0.5, "dt_memory_subset_normalised_score": -3.5}
-METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl"}
+METRIC_NAMES = training.METRIC_NAMES
 NOISE = training.NOISE
 CONTROL = "RATE with noise in place of its memory (minus DT)"
 FAILS_IF = ("RATE's memory tokens do not carry what the task needs across a segment boundary (RATE is then a "
@@ -177,15 +177,28 @@ QUICK = PopgymStudyConfig(
     training=training.Budget(num_steps=300, chunks=1, batch_size=16, num_train=256, num_val=64, learning_rate=1e-3,
                              warmup_steps=20, weight_decay=0.01),
     eval_episodes=64)
-# Closer to the authors' POPGym RATE (run_experiments/POPGym/RATE: 8 layers, d 128, 10 heads,
-# m = 30, cache 40, 2 MRV heads, dropout 0.05, batch 32, lr 3e-4, 100 epochs), on CPU sizes.
+# The authors' POPGym RATE, line for line from their scripts (repository CognitiveAISystems/RATE at
+# 5aa88f0, run_experiments/POPGym/RATE/0.sh, 9.sh and 42.sh: AutoencodeEasy, CountRecallEasy and
+# RepeatPreviousEasy, which set the same values): --model.n-layer=8, --model.d-model=128,
+# --model.n-head=10, --model.d-head=128, --model.skip-dec-ffn=True (d_inner 0; their d-inner=64 is
+# then unused), --model.num-mem-tokens=30, --model.mem-len=40, --model.n-head-ca=2,
+# --model.mrv-act='relu', --model.dropout=0.05, --model.dropatt=0.2, --training.sections=3,
+# --training.batch-size=32, --training.learning-rate=0.0003, --training.warmup-steps=100,
+# --training.weight-decay=0.01, --training.lr-end-factor=0.1, --training.grad-norm-clip=5.0.
+# Differences, named: the learning rate decays linearly here, by a cosine there
+# (--training.use-cosine-decay=True); training counts 3,000 steps, not 100 epochs of their
+# dataset; K = ceil((T + 1) / 3) holds the final observation too (18 where their
+# --training.context-length is ceil(T / 3) = 17 for T = 51); full backpropagation unless
+# training.detach_memory (their trainer's mode; docs/rate.md section 7). RATE-nocache is RATE
+# without the 40-token cache: the ablation that tells the cache's share from the memory tokens'.
 FULL = PopgymStudyConfig(
     tasks=("repeat_previous", "autoencode", "count_recall"), level="easy",
-    base=rate_jax.ModelConfig(n_layer=4, d_model=64, n_head=4, d_head=16, d_inner=0, num_mem_tokens=15, mem_len=0,
-                              n_head_ca=2, dropout=0.05),
-    num_segments=3, variants=("RATE", "DT", "RMT", "TrXL"), seeds=3,
+    base=rate_jax.ModelConfig(n_layer=8, d_model=128, n_head=10, d_head=128, d_inner=0, num_mem_tokens=30,
+                              mem_len=40, n_head_ca=2, mrv_act="relu", dropout=0.05, dropatt=0.2),
+    num_segments=3, variants=("RATE", "DT", "RMT", "TrXL", "RATE-nocache"), seeds=3,
     training=training.Budget(num_steps=3000, chunks=10, batch_size=32, num_train=2000, num_val=200,
-                             learning_rate=3e-4, warmup_steps=100, weight_decay=0.01),
+                             learning_rate=3e-4, warmup_steps=100, weight_decay=0.01, lr_end_factor=0.1,
+                             grad_clip=5.0),
     eval_episodes=200)
 
 

@@ -87,8 +87,7 @@ PAPER = {
     "rate_success_memory_noise": 0.5,
 }
 NOISE = training.NOISE
-METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl", "RATE-noMRV": "rate_no_mrv",
-                "RATE-nocache": "rate_no_cache"}
+METRIC_NAMES = training.METRIC_NAMES
 BASELINES = ("RMT", "TrXL", "RATE-noMRV", "DT")  # RATE's margins over each, reported when run
 CONTROL = "RATE with noise in place of its memory"
 IN_DISTRIBUTION = checks.Claim(

@@ -21,6 +21,10 @@ from experiments import seeds
 from experiments.registry import RunContext
 
 NOISE = "RATE+memory noise"  # the arm: RATE evaluated with noise in place of the memory passed between segments
+# Every model a RATE study may train (``rate_jax.VARIANTS``: the baselines and the two ablations,
+# RATE without its valve and RATE without its Transformer-XL cache) and the prefix of its metrics.
+METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl", "RATE-noMRV": "rate_no_mrv",
+                "RATE-nocache": "rate_no_cache"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +32,8 @@ class Budget:
     """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
     ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
     from ``num_train`` oracle episodes (``num_val`` held out), AdamW at ``learning_rate`` with
-    ``warmup_steps`` of linear warm-up and ``weight_decay`` (``rate_jax.TrainConfig``).
+    ``warmup_steps`` of linear warm-up, then linear decay to ``lr_end_factor`` times the peak,
+    ``weight_decay`` and global-norm clipping at ``grad_clip`` (``rate_jax.TrainConfig``).
 
     ``detach_memory``: the authors' trainer (one optimiser step per segment, the memory passed
     between segments detached; ``rate_jax.TrainConfig.detach_memory``, docs/rate.md section 7)
@@ -44,6 +49,8 @@ class Budget:
     learning_rate: float
     warmup_steps: int
     weight_decay: float
+    lr_end_factor: float = 0.01
+    grad_clip: float = 1.0
     detach_memory: bool = False
 
     def __post_init__(self):
@@ -57,13 +64,16 @@ class Budget:
         need(self.learning_rate > 0, "learning_rate", "> 0")
         need(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
         need(self.weight_decay >= 0, "weight_decay", ">= 0")
+        need(0 <= self.lr_end_factor <= 1, "lr_end_factor", "in [0, 1]")
+        need(self.grad_clip > 0, "grad_clip", "> 0")
         need(isinstance(self.detach_memory, bool), "detach_memory", "a bool")
 
     def train_config(self, model: rate_jax.ModelConfig, num_segments: int, task) -> rate_jax.TrainConfig:
         return rate_jax.TrainConfig(
             model=model, task=task, num_segments=num_segments, num_train=self.num_train, num_val=self.num_val,
             batch_size=self.batch_size, num_steps=self.num_steps, learning_rate=self.learning_rate,
-            warmup_steps=self.warmup_steps, weight_decay=self.weight_decay, detach_memory=self.detach_memory)
+            warmup_steps=self.warmup_steps, weight_decay=self.weight_decay,
+            lr_end_factor=self.lr_end_factor, grad_clip=self.grad_clip, detach_memory=self.detach_memory)
 
 
 def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seeds: int, stream: int, chunks: int):
