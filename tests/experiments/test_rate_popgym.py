@@ -50,8 +50,7 @@ def test_full_is_the_authors_script():
 
 
 def test_the_authors_detached_trainer_is_an_option_for_every_model():
-    detached = study.QUICK.training.__class__(**{**vars(study.QUICK.training), "detach_memory": True})
-    config = study.PopgymStudyConfig(**{**vars(study.QUICK), "training": detached})
+    config = dataclasses.replace(study.QUICK, training=dataclasses.replace(study.QUICK.training, detach_memory=True))
     assert not study.QUICK.train_config("repeat_previous", "RATE").detach_memory  # full BPTT by default
     assert all(config.train_config("repeat_previous", v).detach_memory for v in ("RATE", "DT", "RMT", "TrXL"))
 
