@@ -17,7 +17,8 @@ Rules every field obeys, whatever its study (the one place values are validated)
 * a non-finite float (``NaN``, ``Infinity``) is refused unless the field declares that it
   takes one (``Annotated[float, pydantic.AllowInfNan()]``); such a value is written as the
   string ``"NaN"``/``"Infinity"``/``"-Infinity"``, which reads back;
-* a boolean is refused where a number is expected (``true`` is not ``1``);
+* a boolean is refused where a number is expected (``true`` is not ``1``), and anything but a
+  boolean where a boolean is expected (``1`` and ``"yes"`` are not ``true``);
 * an integer may be at most :func:`int_bound` in size: ``max(INT_FLOOR, INT_FACTOR x the
   largest integer of the field's preset value)``, unless the annotation states its own
   bound (``Annotated[int, annotated_types.Le(n)]``, enforced by pydantic);
@@ -177,6 +178,14 @@ def _bool_for_number(kind: Any, value: Any) -> bool:
     return False
 
 
+def _non_bool_for_bool(kind: Any, value: Any) -> bool:
+    """Whether ``value`` is not a boolean where ``kind`` is ``bool`` (pydantic would read 1, 0,
+    "yes" or "off" as one)."""
+    if typing.get_origin(kind) is typing.Annotated:
+        return _non_bool_for_bool(_members(kind)[0], value)
+    return kind is bool and not isinstance(value, bool)
+
+
 def _states_bound(kind: Any) -> bool:
     """Whether ``kind`` carries its own upper bound (``Annotated[int, Le(n)]`` and the like)."""
     if typing.get_origin(kind) is typing.Annotated:
@@ -204,6 +213,8 @@ def _coerce(config: Any, path: str, value: Any) -> Any:
     if _bool_for_number(kind, value):
         raise ConfigError(f"config field {path!r} accepts {_type_name(kind)}, got {json.dumps(value)}: "
                           "a boolean is not a number")
+    if _non_bool_for_bool(kind, value):
+        raise ConfigError(f"config field {path!r} accepts true or false, got {json.dumps(value)}")
     try:
         coerced = _adapter(kind).validate_python(value)
     except pydantic.ValidationError as err:

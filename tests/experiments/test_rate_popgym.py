@@ -19,7 +19,7 @@ TINY = ["--set", "tasks=[\"repeat_previous\"]", "--set", "base.n_layer=1", "--se
 
 @pytest.mark.parametrize("override", ["tasks=[\"battleship\"]", "tasks=[]", "level=\"extreme\"",
                                       "variants=[\"RATE\"]", "num_segments=1", "training.chunks=7", "stream=2",
-                                      "training.learning_rate=0", "training.detach_memory=2",
+                                      "training.learning_rate=0", "training.detach_memory=1",
                                       "training.grad_clip=0", "training.lr_end_factor=2"])
 def test_bad_overrides_are_usage_errors(override, capsys):
     assert cli.main(["show", "rate.popgym", "--quick", "--set", override]) == 2

@@ -1,5 +1,5 @@
-"""Issue 39 item 2: config validation in one place (non-finite floats, booleans for numbers, size
-bounds, blank strings) and configs that always read back from their JSON form."""
+"""Issue 39 item 2: config validation in one place (non-finite floats, booleans for numbers and numbers for
+booleans, size bounds, blank strings) and configs that always read back from their JSON form."""
 import dataclasses
 import json
 from typing import Annotated
@@ -34,6 +34,9 @@ class Sizes:
     ("lr", False, "a boolean is not a number"),
     ("widths", [4, True], "a boolean is not a number"),
     ("limit", True, "a boolean is not a number"),
+    ("flag", 1, "accepts true or false"),
+    ("flag", 0, "accepts true or false"),
+    ("flag", "yes", "accepts true or false"),
     ("steps", 1e9, "beyond its bound of 1,000,000"),
     ("widths", [4, 10**7], "beyond its bound"),
     ("limit", -(10**7), "beyond its bound"),
