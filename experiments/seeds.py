@@ -20,7 +20,8 @@ import numpy as np
 from experiments import sweep
 from experiments.registry import RunContext
 
-__all__ = ["JUDGED", "SCREENING", "check_stream", "map_fn", "mapped", "seed_keys", "train_grid", "train_over_seeds", "train_chunked"]
+__all__ = ["JUDGED", "SCREENING", "check_stream", "chunk_for", "map_fn", "mapped", "seed_keys", "train_grid",
+           "train_over_seeds", "train_chunked"]
 
 JUDGED = 0
 SCREENING = 1
@@ -71,16 +72,27 @@ def _guard(ctx: RunContext, name: str, loss_of, describe) -> sweep.LossGuard | N
     return sweep.LossGuard(f"{ctx.study} {name}", lambda out, items, done: np.asarray(loss_of(out)), describe)
 
 
+def chunk_for(n: int, max_chunk: int | None = None) -> int:
+    """The items one device computes per call when ``n`` items are spread over every device: all
+    of its share, or with ``max_chunk`` the size k in [``max_chunk`` / 2, ``max_chunk``] that pads the
+    share least to whole chunks (the largest such k): 36 items at most 8 a call are 6 calls of 6, not
+    5 of 8 with 4 repeated items."""
+    share = -(-n // jax.device_count())
+    if max_chunk is None or share <= max_chunk:
+        return share
+    return min(range((max_chunk + 1) // 2, max_chunk + 1), key=lambda k: (-(-share // k) * k, -k))
+
+
 def train_grid(ctx: RunContext, name: str, train_item: Callable[..., Any], items: Any, *,
                labels: Sequence[str], num_seeds: int, loss_of: Callable[[Any], Any] | None = None,
-               shared: Any = None, **fingerprint: Any) -> Any:
+               shared: Any = None, max_chunk: int | None = None, **fingerprint: Any) -> Any:
     """``train_item`` over a task-major grid ``labels x seeds`` (item ``i``: task ``i // S``,
-    seed ``i % S``) as one program, every device busy; ``loss_of(outputs)`` is ``[items, steps]``.
+    seed ``i % S``) as one program, every device busy, at most ``max_chunk`` items per device and
+    call (:func:`chunk_for`); ``loss_of(outputs)`` is ``[items, steps]``.
     With ``shared``, ``train_item(item, shared)`` (``sweep.sweep_map``)."""
-    n = len(labels) * num_seeds
     guard = _guard(ctx, name, loss_of, _describe(labels, num_seeds))
-    return mapped(ctx, name, train_item, items, -(-n // jax.device_count()), guard=guard, shared=shared,
-                  labels=list(labels), **fingerprint)
+    return mapped(ctx, name, train_item, items, chunk_for(len(labels) * num_seeds, max_chunk), guard=guard,
+                  shared=shared, labels=list(labels), **fingerprint)
 
 
 def train_over_seeds(ctx: RunContext, name: str, train: Callable[[jax.Array], Any], num_seeds: int, *,

@@ -31,7 +31,7 @@ from uat_jax.model import regime_gate_norms
 from uat_jax.train import CellKeys, Task, TrainConfig, default_env, evaluation_rollout, make_train, task_model
 from uat_jax.tta import CottaConfig, TentConfig, make_tta_evaluate
 
-__all__ = ["CPU", "TABLE3", "Size", "cell_inputs", "make_adapt_cell", "make_cell", "make_gate_cell", "mean_std",
+__all__ = ["CPU", "CPU_CELLS_PER_CALL", "TABLE3", "Size", "cell_inputs", "cells_per_call", "make_adapt_cell", "make_cell", "make_gate_cell", "mean_std",
            "split_cells", "stack_tasks"]
 
 
@@ -86,6 +86,18 @@ class Size:
 
 TABLE3 = Size()
 CPU = Size(d_model=32, n_heads=4, d_ff=64, n_layers=2, horizon=30, batch_size=32, epochs=200, eval_episodes=64)
+
+
+CPU_CELLS_PER_CALL = 8
+"""On a CPU a training grid runs at most this many cells per call of its program (an accelerator runs
+the whole grid at once): XLA's CPU code for a vmapped batch of many of these small models is slower per
+cell than for a few. Measured on 2 cores, 20 epochs, ms per cell and epoch: uat.sepsis's quick union
+37.6 at 16 cells, 31.0 at 4, 32.0 at 8; DarkRoom's (``CPU``) 13.9 at 36, 12.1 to 12.6 at 4 to 12."""
+
+
+def cells_per_call() -> int | None:
+    """The most cells a training grid runs per program call on this backend (None: all of them)."""
+    return CPU_CELLS_PER_CALL if jax.default_backend() == "cpu" else None
 
 
 def stack_tasks(tasks: list[Task]) -> Task:

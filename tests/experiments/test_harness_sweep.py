@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from experiments import checkpoint, sweep
+from experiments import checkpoint, seeds, sweep
 from xla_env import xla_flags
 
 WORKER = pathlib.Path(harness_worker.__file__)
@@ -274,3 +274,36 @@ def test_run_chunks_resume_and_checkpoint_rules(tmp_path, capsys, monkeypatch):
     fresh = sweep.run_chunks(fn, _init_state(), 2, checkpoint=_spec(tmp_path / "none", resume=True))
     assert "starting fresh" in capsys.readouterr().err
     assert fresh.resumed_chunks == 0
+
+
+def test_chunk_for_caps_a_devices_share_with_the_least_padding():
+    assert jax.device_count() == 4
+    assert seeds.chunk_for(4 * 36) == 36  # no cap: a device's whole share at once
+    assert seeds.chunk_for(4 * 36, 64) == 36  # a share under the cap is not split
+    assert seeds.chunk_for(4 * 36, 8) == 6  # 6 calls of 6, not 5 of 8 (4 repeated items)
+    assert seeds.chunk_for(4 * 13, 8) == 7  # 2 calls of 7 (1 repeated), not 13 calls of 1
+    assert seeds.chunk_for(4 * 16, 8) == 8
+    assert seeds.chunk_for(4 * 17 - 3, 8) == 6  # a share of 17: 3 calls of 6
+    assert seeds.chunk_for(5, 1) == 1
+
+
+def test_train_grid_in_capped_chunks_gives_the_whole_grids_outputs(tmp_path, monkeypatch):
+    from experiments.registry import RunContext
+
+    ctx = RunContext(study="test.grid", quick=True, out_dir=tmp_path)
+    items = {"x": np.arange(6 * 3, dtype=np.float32).reshape(6, 3), "k": np.arange(6, dtype=np.int32)}
+    chunks, mapped = [], seeds.mapped
+
+    def spy(*args, **kwargs):
+        chunks.append(args[4])
+        return mapped(*args, **kwargs)
+
+    def item_fn(item):
+        return {"y": jnp.cumsum(item["x"]) * item["k"]}
+
+    monkeypatch.setattr(seeds, "mapped", spy)
+    whole = seeds.train_grid(ctx, "whole", item_fn, items, labels=["a", "b"], num_seeds=3)
+    capped = seeds.train_grid(ctx, "capped", item_fn, items, labels=["a", "b"], num_seeds=3, max_chunk=1)
+    assert chunks == [2, 1]  # 6 items on 4 devices: a share of 2 each, then 1 a call
+    _assert_trees_equal(whole, capped)
+    np.testing.assert_array_equal(capped["y"], np.cumsum(items["x"], axis=1) * items["k"][:, None])

@@ -336,10 +336,14 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     streams = []
     real = seeds.seed_keys
     monkeypatch.setattr(seeds, "seed_keys", lambda n, stream=seeds.JUDGED: streams.append(stream) or real(n, stream))
+    chunks, mapped = [], seeds.mapped
+    monkeypatch.setattr(seeds, "mapped", lambda *a, **k: chunks.append(a[4]) or mapped(*a, **k))
+    monkeypatch.setattr(cells, "CPU_CELLS_PER_CALL", 1)  # 8 cells on 4 devices: 2 calls of 1 cell each
     argv = ["run", "uat.darkroom", "--quick", *TINY_SIZE, "--set", 'schedules=["abrupt", "cyclic"]',
             "--seeds", "1", "--set", "stream=1", "--set", "adapt_batch=1", "--out", str(tmp_path)]
     assert cli.main(argv) in (0, 1)  # a tiny model may fail the checks; the run must complete
     assert streams == [seeds.SCREENING] * 2  # UAT, VT and A-DT one program, TENT/CoTTA another
+    assert chunks == [1, 1]
     out = tmp_path / "uat.darkroom"
     result = _result(out)
     assert result["config"]["seeds"] == 1 and result["config"]["size"]["epochs"] == 2

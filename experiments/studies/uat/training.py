@@ -54,11 +54,12 @@ def check_models_and_adaptation(cfg, required: tuple[str, ...]) -> None:
 def train_grid(ctx: RunContext, name: str, train_cfg, tasks: list[Task], labels: list[str], num_seeds: int,
                stream: int, keep_params: bool = False, env=None, make_cell=cells.make_cell) -> dict:
     """``train_cfg`` on every task x seed (seeds of ``stream``) as one checkpointed sweep of
-    ``make_cell(train_cfg, keep_params)``: outputs [tasks, seeds, ...] (``"params"`` too, flat over
-    tasks x seeds, with ``keep_params``)."""
+    ``make_cell(train_cfg, keep_params)`` (``cells.cells_per_call()`` cells a call): outputs
+    [tasks, seeds, ...] (``"params"`` too, flat over tasks x seeds, with ``keep_params``)."""
     out = seeds.train_grid(ctx, name, make_cell(train_cfg, keep_params),
                            cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)),
-                           labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"], shared=env)
+                           labels=labels, num_seeds=num_seeds, loss_of=lambda o: o["loss"], shared=env,
+                           max_chunk=cells.cells_per_call())
     params = out.pop("params", None)
     grid = cells.split_cells(out, len(tasks))
     return grid if params is None else {**grid, "params": params}
@@ -70,7 +71,8 @@ def replay_grid(ctx: RunContext, name: str, cell, params, tasks: list[Task], lab
     ``params`` (flat over ``tasks`` x seeds, as :func:`train_grid` keeps them), each item holding the
     key and task the cell trained from, in one checkpointed program: outputs [tasks, seeds, ...]."""
     items = {**cells.cell_inputs(tasks, seeds.seed_keys(num_seeds, stream)), "params": params}
-    out = seeds.train_grid(ctx, name, cell, items, labels=labels, num_seeds=num_seeds, shared=env)
+    out = seeds.train_grid(ctx, name, cell, items, labels=labels, num_seeds=num_seeds, shared=env,
+                           max_chunk=cells.cells_per_call())
     return cells.split_cells(out, len(tasks))
 
 
