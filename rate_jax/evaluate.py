@@ -70,12 +70,14 @@ MIN_GROUP_STEPS = 10  # a segment of fewer than 2 x 10 steps decodes as one grou
 @struct.dataclass
 class EvalResult:
     """success [E] (1.0 when some step reported ``info["success"]``: in T-Maze, the episode
-    ended on the goal; NaN for an environment that reports none), episode_return [E],
-    episode_length [E] (steps until the episode ended), actions [E, S*K] (the argmax
-    action at every step, S*K >= max_steps; steps after the end of an episode are still
-    chosen but not applied)."""
+    ended on the goal; NaN for an environment that reports none), chose [E] (the same of
+    ``info["chose"]``: the episode ended on one of the task's choices, right or wrong; in
+    T-Maze, a turn at the junction), episode_return [E], episode_length [E] (steps until the
+    episode ended), actions [E, S*K] (the argmax action at every step, S*K >= max_steps; steps
+    after the end of an episode are still chosen but not applied)."""
 
     success: jax.Array
+    chose: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
     actions: jax.Array
@@ -83,10 +85,11 @@ class EvalResult:
 
 @struct.dataclass
 class PackedResult:
-    """success [N], episode_return [N] and episode_length [N], in the order of the
-    evaluator's ``corridor_lengths``."""
+    """success [N], chose [N], episode_return [N] and episode_length [N] (as in
+    :class:`EvalResult`), in the order of the evaluator's ``corridor_lengths``."""
 
     success: jax.Array
+    chose: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
 
@@ -166,6 +169,7 @@ class _Rollout:
     ret: jax.Array
     length: jax.Array
     success: jax.Array
+    chose: jax.Array
     carry: Carry
 
 
@@ -177,14 +181,15 @@ def _noise_like(keys: jax.Array, memory: jax.Array) -> jax.Array:
 
 
 def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: float):
-    """``rollout(params, key, env_params [N], memory_noise [N]) -> (ret, length, success, actions)``
+    """``rollout(params, key, env_params [N], memory_noise [N]) -> (ret, length, success, chose, actions)``
     stacked over the scan, [G, S] (actions [G, S, K]), for the slots of ``schedule``.
 
     ``env`` is any gymnax-style environment: ``reset(key, params) -> (obs, state)`` and
     ``step(key, state, action, params) -> (obs, state, reward, done, info)``; ``env_params`` a
     pytree with a leading episode axis N. ``length`` counts the steps taken before ``done``;
-    ``success`` is whether some step reported ``info["success"]`` (NaN for an environment
-    whose ``info`` has no ``"success"``). Return-to-go starts at ``initial_rtg``.
+    ``success`` and ``chose`` are whether some step reported ``info["success"]`` /
+    ``info["chose"]`` (NaN for an environment whose ``info`` has no such entry). Return-to-go
+    starts at ``initial_rtg``.
     """
     model = RATE(config)
     k_seg = config.segment_len
@@ -205,7 +210,7 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
             zeros = jnp.zeros(s_slots)
             return _Rollout(env_state=env_state, obs=obs, rtg=jnp.full(s_slots, initial_rtg, jnp.float32),
                             done=jnp.zeros(s_slots, bool), ret=zeros, length=jnp.zeros(s_slots, jnp.int32),
-                            success=zeros, carry=initial_carry)
+                            success=zeros, chose=zeros, carry=initial_carry)
 
         def where(cond, new, old):
             return jax.tree.map(lambda a, b: jnp.where(cond.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
@@ -217,7 +222,7 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
             carry = Carry(memory=where(begins, new.carry.memory, ro.carry.memory),
                           cache=jnp.where(begins[None, :, None, None], new.carry.cache, ro.carry.cache),
                           cache_valid=where(begins, new.carry.cache_valid, ro.carry.cache_valid))
-            fields = ("env_state", "obs", "rtg", "done", "ret", "length", "success")
+            fields = ("env_state", "obs", "rtg", "done", "ret", "length", "success", "chose")
             ro = ro.replace(carry=carry, **{f: where(begins, getattr(new, f), getattr(ro, f)) for f in fields})
             seg_keys = jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), 3))(run_keys[ep], own)
             k_first, k_noise = seg_keys[:, 0], seg_keys[:, 2]
@@ -230,11 +235,15 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
                 action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
                 obs, env_state, reward, done, info = jax.vmap(env.step)(keys, ro.env_state, action, slot_params)
                 live = ~ro.done
-                hit = info["success"].astype(jnp.float32) if "success" in info else jnp.full(s_slots, jnp.nan)
+
+                def seen(name, so_far):  # whether a live step has reported info[name] (NaN: never reported)
+                    hit = info[name].astype(jnp.float32) if name in info else jnp.full(s_slots, jnp.nan)
+                    return jnp.where(live, jnp.maximum(so_far, hit), so_far)
+
                 ro = ro.replace(env_state=where(live, env_state, ro.env_state), obs=where(live, obs, ro.obs),
                                 rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live,
-                                length=ro.length + live, success=jnp.where(live, jnp.maximum(ro.success, hit),
-                                                                            ro.success))
+                                length=ro.length + live, success=seen("success", ro.success),
+                                chose=seen("chose", ro.chose))
                 buf = buf.replace(actions=buf.actions.at[:, idx].set(action),
                                   action_known=buf.action_known.at[:, idx].set(1.0))
                 return ro, buf, kv
@@ -259,7 +268,7 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
                 noisy = memory_noise[ep].reshape(-1, 1, 1)
                 carry = carry.replace(memory=jnp.where(noisy, _noise_like(k_noise, carry.memory), carry.memory))
             ro = ro.replace(carry=carry)
-            return ro, (ro.ret, ro.length, ro.success, buf.actions)
+            return ro, (ro.ret, ro.length, ro.success, ro.chose, buf.actions)
 
         _, out = jax.lax.scan(segment, fresh(episodes[0], of(episodes[0])), (episodes, own_segments))
         return out
@@ -298,9 +307,10 @@ def make_env_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg: flo
         e = jax.tree.leaves(env_params)[0].shape[0]
         schedule = Schedule.from_queues([num_segments] * e, [(i,) for i in range(e)])
         rollout = _make_rollout(config, schedule, env, initial_rtg)
-        ret, length, success, actions = rollout(params, key, env_params, _noise_flags(memory_noise, e))
+        ret, length, success, chose, actions = rollout(params, key, env_params, _noise_flags(memory_noise, e))
         actions = jnp.swapaxes(actions, 0, 1).reshape(e, num_segments * config.segment_len)
-        return EvalResult(success=success[-1], episode_return=ret[-1], episode_length=length[-1], actions=actions)
+        return EvalResult(success=success[-1], chose=chose[-1], episode_return=ret[-1], episode_length=length[-1],
+                          actions=actions)
 
     return evaluate
 
@@ -343,7 +353,9 @@ def make_packed_evaluate(config: ModelConfig, corridor_lengths: Sequence[int], n
     g, s = schedule.finish[:, 0], schedule.finish[:, 1]
 
     def evaluate(params, key, memory_noise=False):
-        ret, length, success, _ = rollout(params, key, _tmaze_params(lengths), _noise_flags(memory_noise, len(lengths)))
-        return PackedResult(success=success[g, s], episode_return=ret[g, s], episode_length=length[g, s])
+        ret, length, success, chose, _ = rollout(params, key, _tmaze_params(lengths),
+                                                 _noise_flags(memory_noise, len(lengths)))
+        return PackedResult(success=success[g, s], chose=chose[g, s], episode_return=ret[g, s],
+                            episode_length=length[g, s])
 
     return evaluate

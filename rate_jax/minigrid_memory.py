@@ -283,7 +283,9 @@ def success_y(state: EnvState, params: EnvParams) -> jax.Array:
 
 
 def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
-    """One ``MemoryEnv.step``; returns (obs, state, reward, done, {"success": bool}).
+    """One ``MemoryEnv.step``; returns (obs, state, reward, done, {"success": bool, "chose": bool})
+    (chose: the agent stepped beside an end object, the success or the failure cell, which ends
+    the episode; success: beside the one equal to the cue).
 
     ``key`` is unused (the dynamics are deterministic); it keeps the gymnax signature.
     """
@@ -302,7 +304,7 @@ def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
     reward = jnp.where(success, 1.0 - 0.9 * state.time / params.max_steps, 0.0)
     done = success | failure | (state.time >= params.max_steps) | (state.time >= params.time_limit)
     obs, state = _observe(state, params)
-    return obs, state, reward.astype(jnp.float32), done, {"success": success}
+    return obs, state, reward.astype(jnp.float32), done, {"success": success, "chose": success | failure}
 
 
 def oracle_action(state: EnvState, params: EnvParams) -> jax.Array:

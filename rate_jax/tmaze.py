@@ -77,8 +77,9 @@ def reset(key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
 
 
 def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
-    """One transition; returns (obs, state, reward, done, {"success": bool}) (success: the
-    episode ended on the goal, where the reward is 1)."""
+    """One transition; returns (obs, state, reward, done, {"success": bool, "chose": bool}) (chose:
+    the agent turned at the junction onto a goal candidate, which ends the episode; success: that
+    candidate is the goal, where the reward is 1; an episode that ends without a choice timed out)."""
     nx = state.x + jnp.asarray(ACTION_DX)[action]
     ny = state.y + jnp.asarray(ACTION_DY)[action]
     length = params.corridor_length
@@ -88,8 +89,10 @@ def step(key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
     state = EnvState(x=jnp.where(valid, nx, state.x), y=jnp.where(valid, ny, state.y), goal_y=state.goal_y,
                      time=state.time + 1)
     done = (state.time >= params.episode_length) | ((state.x == length) & (state.y != 0))
-    success = done & (state.y == state.goal_y)
-    return observation(key, state, params), state, jnp.where(success, 1.0, 0.0), done, {"success": success}
+    chose = (state.x == length) & (state.y != 0)
+    success = chose & (state.y == state.goal_y)
+    return observation(key, state, params), state, jnp.where(success, 1.0, 0.0), done, {"success": success,
+                                                                                         "chose": chose}
 
 
 def oracle_action(state: EnvState, params: EnvParams) -> jax.Array:

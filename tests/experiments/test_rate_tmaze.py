@@ -39,17 +39,21 @@ def test_bad_overrides_are_usage_errors(override, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-def _synthetic(config, rate, dt, noise, others=None, seeds=3, steps=None):
+def _synthetic(config, rate, dt, noise, others=None, seeds=3, steps=None, noise_turned=1.0):
     """Arrays as compute returns them, every seed at the given success per corridor (a [seeds,
     corridors] array gives each seed its own); ``others`` {variant: success per corridor} for the
-    remaining variants (default: DT's)."""
+    remaining variants (default: DT's). Every episode turns at the junction, but the noise arm's
+    ``noise_turned`` (per corridor)."""
     steps = steps or config.num_steps
     rows = lambda v: np.broadcast_to(np.asarray(v, float), (seeds, len(config.eval_corridors))).copy()
     success = {name: rows((others or {}).get(name, dt)) for name in config.variants}
     success.update({"RATE": rows(rate), "DT": rows(dt), tmaze.NOISE: rows(noise)})
+    chose = {name: rows(1.0) for name in success}
+    chose[tmaze.NOISE] = rows(noise_turned)
     return {
         "corridor_lengths": np.asarray(config.eval_corridors),
         "success": success,
+        "chose": chose,
         "val_turn_accuracy": {k: np.full(seeds, 0.9 if k == "RATE" else 0.6) for k in config.variants},
         "curves": {k: {"loss": np.tile(np.linspace(1.0, 0.1, steps), (seeds, 1)),
                        "grad_norm": np.ones((seeds, steps))} for k in config.variants},
@@ -64,7 +68,8 @@ def test_summarize_on_synthetic_arrays():
     rate = np.tile([1, 1, 1, 1, 0.9, 0.8, 0.7, 0.6, 0.6, 0.55], (3, 1))
     rate[:, 5] = [0.78, 0.8, 0.82]  # seeds differ at the check corridor
     arrays = _synthetic(config, rate=rate, dt=[1, 1, 1, 0.5, 0.6, 0.4] + tail,
-                        noise=[1.0, 0.5, 0.4, 0.5, 0.5, 0.5] + tail,
+                        noise=[1.0, 0.5, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.13],
+                        noise_turned=[1, 1, 0.8, 1, 1, 1, 1, 1, 1, 0.26],
                         others={"RMT": [1, 1, 1, 1, 0.8, 0.78] + tail, "RATE-noMRV": [1, 1, 1, 1, 0.8, 0.65] + tail,
                                 "TrXL": [1, 1, 1, 0.9, 0.6, 0.5] + tail})
     summary = tmaze.summarize(config, arrays)
@@ -73,6 +78,12 @@ def test_summarize_on_synthetic_arrays():
     assert m["rate_success_longest"] == pytest.approx(0.55)
     assert m["dt_success_beyond_context"] == pytest.approx(0.5)
     assert m["rate_success_memory_noise"] == pytest.approx(0.45)  # corridors 10 and 16: the cue crosses a segment
+    # below chance at 9,600 because most noise-arm episodes time out before the junction; their turns are at chance
+    assert m["rate_success_longest_memory_noise"] == pytest.approx(0.13)
+    assert m["rate_memory_noise_turned_longest"] == pytest.approx(0.26)
+    assert m["rate_memory_noise_right_turns_longest"] == pytest.approx(0.5)
+    assert m["rate_memory_noise_turned_crosses_segment"] == pytest.approx(0.9)
+    assert m["rate_turned_longest"] == 1.0 and m["rate_right_turns_longest"] == pytest.approx(0.55)
     assert m["dt_success_in_distribution"] == 1.0 and m["rate_success_beyond_training"] == pytest.approx(5.15 / 7)
     assert m["rate_final_loss"] == pytest.approx(np.linspace(1.0, 0.1, 400)[-20:].mean())
     assert m["dt_val_turn_accuracy"] == pytest.approx(0.6) and m["rate_final_grad_norm"] == 1.0
@@ -97,7 +108,7 @@ def test_summarize_on_synthetic_arrays():
     assert table["in_distribution"] == [True, True, True] + [False] * 7
     assert table["crosses_segment"] == [False, True, True] + [False] * 7
     assert table["episodes_per_seed"] == list(config.episodes)
-    assert table[tmaze.NOISE][1] == 0.5
+    assert table[tmaze.NOISE][1] == 0.5 and table[f"{tmaze.NOISE} turned"][2] == pytest.approx(0.8)
 
     # a RATE that loses the cue in distribution and is no better than RMT at the check corridor; a DT that
     # cannot walk the long corridors (success 0 beyond its context)
@@ -146,10 +157,12 @@ def test_variants_of_one_configuration_are_trained_once(monkeypatch):
     trained = []
     monkeypatch.setattr(tmaze, "train_variant", lambda cfg, name, ctx: trained.append(name) or (
         types.SimpleNamespace(params=name), {"loss": np.zeros((1, 2))}, np.zeros(1)))
-    monkeypatch.setattr(tmaze, "evaluate_variant", lambda cfg, name, params, ctx, noise=(False,): [np.zeros((1, 6))] * len(noise))
+    monkeypatch.setattr(tmaze, "evaluate_variant", lambda cfg, name, params, ctx, noise=(False,): [
+        {"success": np.zeros((1, 6)), "chose": np.ones((1, 6))}] * len(noise))
     out = tmaze.compute(config, ctx=None)
     assert trained == ["RATE", "RMT", "TrXL", "DT"]
     assert out["success"]["RATE-noMRV"] is out["success"]["RMT"] and set(out["curves"]) == set(config.variants)
+    assert out["chose"]["RATE-noMRV"] is out["chose"]["RMT"] and set(out["chose"]) == {*config.variants, tmaze.NOISE}
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +196,8 @@ def test_tiny_run_end_to_end(tiny_run):
     with open(folder / "success.csv") as f:
         success = list(csv.DictReader(f))
     assert len(success) == 3 * 2 * 3  # (2 variants, RATE+memory noise) x seeds x corridors
+    turned = np.array([float(r["turned"]) for r in success])
+    assert ((0 <= turned) & (turned <= 1)).all() and (turned >= np.array([float(r["success"]) for r in success])).all()
     table = (folder / "table.csv").read_text().splitlines()
     assert table[0].split(",")[:5] == ["corridor_length", "episodes_per_seed", "in_distribution", "beyond_context",
                                        "crosses_segment"]

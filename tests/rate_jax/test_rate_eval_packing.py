@@ -55,11 +55,15 @@ def test_unpacked_run_ends_every_episode_in_every_way():
     timed_out = ref.episode_length == lengths + 2
     assert timed_out.any() and (~timed_out).any()  # some reach a goal, some time out
     assert 0 < ref.success.sum() < len(LENGTHS)
+    # a turn ends the episode: before the last step only by a turn, and every success is a turn
+    assert (ref.chose[~timed_out] == 1).all() and (ref.chose >= ref.success).all()
+    assert (ref.chose == 0).any() and (ref.chose > ref.success).any()  # timeouts, and wrong turns
 
 
 def test_packed_equals_unpacked():
     ref, got = _unpacked(), _packed(SLOTS)
     np.testing.assert_array_equal(got.success, ref.success)
+    np.testing.assert_array_equal(got.chose, ref.chose)
     np.testing.assert_array_equal(got.episode_return, ref.episode_return)
     np.testing.assert_array_equal(got.episode_length, ref.episode_length)
 

@@ -29,22 +29,23 @@ def _config(task, segment_len=4):
 
 def _replay(env, key, env_params, actions):
     """Reset each episode with the rollout's reset key and apply its recorded actions one by one
-    in Python until done: (return, length, success or NaN) per episode."""
+    in Python until done: (return, length, success or NaN, chose or NaN) per episode."""
     k_reset, _ = jax.random.split(key)
     reset, step = jax.jit(env.reset), jax.jit(env.step)
     out = []
     for i, k in enumerate(jax.random.split(k_reset, actions.shape[0])):
         p = jax.tree.map(lambda x, i=i: x[i], env_params)
         _, state = reset(k, p)
-        ret, success = 0.0, np.nan
+        ret, flags = 0.0, {"success": np.nan, "chose": np.nan}
         for t, a in enumerate(actions[i]):  # noqa: B007 (t: the steps taken, read after the loop)
             _, state, reward, done, info = step(jax.random.key(0), state, jnp.int32(a), p)
             ret += float(reward)
-            if "success" in info:
-                success = float(info["success"]) if np.isnan(success) or not success else success
+            for name in flags:
+                if name in info and not flags[name] == 1.0:
+                    flags[name] = float(info[name])
             if bool(done):
                 break
-        out.append((ret, t + 1, success))
+        out.append((ret, t + 1, flags["success"], flags["chose"]))
     return np.asarray(out)
 
 
@@ -61,9 +62,10 @@ def test_env_evaluate_matches_a_python_replay_of_its_actions(task):
     np.testing.assert_allclose(np.asarray(out.episode_return), replay[:, 0], atol=1e-5)
     np.testing.assert_array_equal(np.asarray(out.episode_length), replay[:, 1])
     np.testing.assert_array_equal(np.asarray(out.success), replay[:, 2])
+    np.testing.assert_array_equal(np.asarray(out.chose), replay[:, 3])
     assert (replay[:, 1] < steps).all()  # every episode ended inside the rollout, so its end is tested
     if isinstance(task, PopgymTask):
-        assert np.isnan(np.asarray(out.success)).all()  # POPGym reports no success
+        assert np.isnan(np.asarray(out.success)).all() and np.isnan(np.asarray(out.chose)).all()  # POPGym: neither
         assert np.unique(np.asarray(out.episode_return)).size > 1  # the episodes differ: a real comparison
 
 
@@ -77,11 +79,13 @@ def test_tmaze_success_is_the_goal_reward():
     state = tmaze.EnvState(x=x, y=y, goal_y=goal, time=jnp.zeros_like(x))
     keys = jax.random.split(jax.random.key(0), len(cells))
     _, new, reward, done, info = jax.jit(jax.vmap(tmaze.step))(keys, state, a, jax.vmap(tmaze.make_params)(length))
-    success, reward = np.asarray(info["success"]), np.asarray(reward)
-    on_goal = (np.asarray(new.x) == np.asarray(length)) & (np.asarray(new.y) == np.asarray(goal))
+    success, chose, reward = np.asarray(info["success"]), np.asarray(info["chose"]), np.asarray(reward)
+    at_junction = np.asarray(new.x) == np.asarray(length)
+    on_goal = at_junction & (np.asarray(new.y) == np.asarray(goal))
     np.testing.assert_array_equal(success, on_goal)  # the agent now stands on the goal cell
+    np.testing.assert_array_equal(chose, at_junction & (np.asarray(new.y) != 0))  # on either goal candidate
     np.testing.assert_array_equal(reward, on_goal.astype(np.float32))
-    assert 0 < success.sum() < np.asarray(done).sum()  # some episodes end on the wrong side
+    assert 0 < success.sum() < chose.sum() == np.asarray(done).sum()  # some end on the wrong side; no time-outs here
 
 
 def test_task_data_are_the_generators_episodes():

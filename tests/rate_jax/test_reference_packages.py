@@ -259,8 +259,8 @@ def minigrid_layout(ref) -> mm.Layout:
 def play_minigrid(layouts, params, random_actions, modes):
     """Our episodes (leaves [B]): per mode the given actions, the oracle, or the oracle with the cue
     swapped (it heads for the failure end). Returns (objects [B, GRID, GRID] of ``cell`` at reset,
-    actions [B, T], obs [B, T + 1, D], rewards [B, T], dones [B, T], positions [B, T + 1, 3] as (x, y, dir));
-    steps after done are not frozen."""
+    actions [B, T], obs [B, T + 1, D], rewards [B, T], dones [B, T], positions [B, T + 1, 3] as (x, y, dir),
+    info["chose"] [B, T]); steps after done are not frozen."""
     xs = jnp.arange(GRID)[:, None]
 
     def episode(layout, p, random_a, mode):
@@ -270,13 +270,13 @@ def play_minigrid(layouts, params, random_actions, modes):
             swapped = s.replace(cue=mm.KEY + mm.BALL - s.cue)
             a = jnp.where(mode == 0, a_random,
                           jnp.where(mode == 1, mm.oracle_action(s, p), mm.oracle_action(swapped, p)))
-            obs, s, r, d, _ = mm.step(None, s, a, p)
-            return s, (a, obs, r, d, jnp.stack([s.x, s.y, s.direction]))
+            obs, s, r, d, info = mm.step(None, s, a, p)
+            return s, (a, obs, r, d, jnp.stack([s.x, s.y, s.direction]), info["chose"])
 
-        _, (acts, obs, rew, done, pos) = jax.lax.scan(body, state, random_a)
+        _, (acts, obs, rew, done, pos, chose) = jax.lax.scan(body, state, random_a)
         pos0 = jnp.stack([state.x, state.y, state.direction])
         return (mm.cell(xs, xs.T, state, p), acts, jnp.concatenate([obs0[None], obs]), rew, done,
-                jnp.concatenate([pos0[None], pos]))
+                jnp.concatenate([pos0[None], pos]), chose)
 
     return jax.vmap(episode)(layouts, params, random_actions, modes)
 
@@ -320,7 +320,7 @@ def test_minigrid_step_for_step(setting):
     params = mm.make_params(sizes, random_length=np.array([c[1] for c in cases]), max_steps=cfg["max_steps"],
                             time_limit=cfg["time_limit"], view_size=cfg["view"])
     time_limit = np.asarray(params.time_limit)
-    grids, acts, obs, rew, done, pos = jax.tree.map(np.asarray, _play_minigrid(
+    grids, acts, obs, rew, done, pos, chose = jax.tree.map(np.asarray, _play_minigrid(
         jax.tree.map(lambda *x: jnp.stack(x), *layouts), params, jnp.asarray(np.stack(random_actions), jnp.int32),
         jnp.asarray([c[3] for c in cases], jnp.int32)))
 
@@ -338,6 +338,7 @@ def test_minigrid_step_for_step(setting):
             assert truncated == (t + 1 >= cfg["max_steps"]), at
             ref_done = terminated or truncated or t + 1 >= time_limit[b]
             assert bool(done[b, t]) == ref_done, f"{at}: done {done[b, t]} vs terminated {terminated} truncated {truncated}"
+            assert bool(chose[b, t]) == terminated, f"{at}: chose {chose[b, t]} vs terminated {terminated}"  # an end object
             if ref_done:
                 break
         endings[MODES[mode]].add("success" if ref_rew > 0 else "failure" if terminated else "cut")

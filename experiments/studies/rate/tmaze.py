@@ -33,7 +33,10 @@ them (``rate_minus_{dt,trxl}_{check_corridor,longest}``) are metrics: they could
 for a reason that tests the baselines. TrXL runs at the full preset only (its margin is
 structural at the quick size too). ``rate_success_memory_noise`` (RATE with every memory
 passed between segments replaced by noise, ``tests/rate_jax/test_rate_planted_bugs.py``) is
-a metric and the control arm of RATE's checks. At both presets RATE has no cache, so
+a metric and the control arm of RATE's checks; ``*_turned_*`` and ``*_right_turns_longest``
+split RATE's and that arm's episodes into those that turned at the junction at all and the
+right turns among them (an episode that never turns times out in the corridor: the noise arm
+falls below chance by timing out, docs/rate.md section 9). At both presets RATE has no cache, so
 RATE-noMRV *is* RMT: the presets run RMT once, and its comparison is counted once.
 
 Checks (declared claims, judged per seed: seeds are the unit, 95% t interval; ``check_corridor``
@@ -268,11 +271,12 @@ def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
 
 
 def evaluate_variant(config: TMazeStudyConfig, name: str, params, ctx: RunContext,
-                     noise: tuple[bool, ...] = (False,)) -> list[np.ndarray]:
-    """Success [S, num lengths] for each ``noise`` flag (``memory_noise`` of
-    ``rate_jax.evaluate.make_packed_evaluate``): every seed on ``episodes[j]`` episodes of
-    corridor ``eval_corridors[j]``, all flags by one compiled program (its compile time
-    recorded on ``ctx``; compile and run times are logged)."""
+                     noise: tuple[bool, ...] = (False,)) -> list[dict[str, np.ndarray]]:
+    """{"success", "chose": [S, num lengths]} for each ``noise`` flag (``memory_noise`` of
+    ``rate_jax.evaluate.make_packed_evaluate``): the fraction of each seed's ``episodes[j]``
+    episodes of corridor ``eval_corridors[j]`` that ended on the goal, and that ended with a
+    turn at the junction at all (the rest timed out in the corridor), all flags by one
+    compiled program (its compile time recorded on ``ctx``; compile and run times are logged)."""
     model = config.train_config(name).model
     evaluate = rate_jax.make_packed_evaluate(model, np.repeat(config.eval_corridors, config.episodes).tolist(),
                                     config.eval_slots)
@@ -283,37 +287,39 @@ def evaluate_variant(config: TMazeStudyConfig, name: str, params, ctx: RunContex
     compile_s = time.perf_counter() - t0
     ctx.record_compile(compile_s)
     out, t0 = [], time.perf_counter()
+    per_length = lambda x: np.stack([part.mean(-1) for part in np.split(x, np.cumsum(config.episodes)[:-1], -1)], -1)
     for flag in noise:
-        success = np.asarray(program(params, keys, jnp.asarray(flag)).success)
-        out.append(np.stack([part.mean(-1) for part in np.split(success, np.cumsum(config.episodes)[:-1], -1)], -1))
+        result = program(params, keys, jnp.asarray(flag))
+        out.append({k: per_length(np.asarray(getattr(result, k))) for k in ("success", "chose")})
     print(f"[rate.tmaze] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s "
           f"({len(noise)} flag(s))", file=sys.stderr, flush=True)
     return out
 
 
 def compute(config: TMazeStudyConfig, ctx: RunContext) -> dict:
-    """``success`` {model: [S, lengths]} (RATE also with memory noise), ``val_turn_accuracy``
-    {variant: [S]} and the training ``curves`` {variant: {loss, grad_norm: [S, num_steps]}}.
+    """``success`` and ``chose`` {model: [S, lengths]} (RATE also with memory noise; ``evaluate_variant``),
+    ``val_turn_accuracy`` {variant: [S]} and the training ``curves`` {variant: {loss, grad_norm: [S, num_steps]}}.
     A variant whose training configuration equals an earlier one's reuses its run."""
-    success, turn, curves, done = {}, {}, {}, {}
+    success, chose, turn, curves, done = {}, {}, {}, {}, {}
     for name in config.variants:
         tcfg = config.train_config(name)
         if tcfg in done:
             first = done[tcfg]
-            success[name], curves[name], turn[name] = success[first], curves[first], turn[first]
+            success[name], chose[name] = success[first], chose[first]
+            curves[name], turn[name] = curves[first], turn[first]
             continue
         done[tcfg] = name
         state, curves[name], turn[name] = train_variant(config, name, ctx)
-        if name == "RATE":
-            success[name], success[NOISE] = evaluate_variant(config, name, state.params, ctx, noise=(False, True))
-        else:
-            (success[name],) = evaluate_variant(config, name, state.params, ctx)
-    return {"corridor_lengths": np.asarray(config.eval_corridors), "success": success,
+        arms = (name, NOISE) if name == "RATE" else (name,)
+        for arm, out in zip(arms, evaluate_variant(config, name, state.params, ctx, noise=(False, True)[:len(arms)])):
+            success[arm], chose[arm] = out["success"], out["chose"]
+    return {"corridor_lengths": np.asarray(config.eval_corridors), "success": success, "chose": chose,
             "val_turn_accuracy": turn, "curves": curves}
 
 
 def summarize(config: TMazeStudyConfig, arrays: dict) -> Summary:
-    """Success rates by corridor class, validation accuracy and final loss per variant; the checks."""
+    """Success rates by corridor class, validation accuracy and final loss per variant; how often RATE
+    (and its memory-noise arm) turned at the junction at all, and how often the turn was right; the checks."""
     success, turn, curves = arrays["success"], arrays["val_turn_accuracy"], arrays["curves"]
     mask = config.masks()
     in_dist, beyond, crosses = mask["in_distribution"], mask["beyond_context"], mask["crosses_segment"]
@@ -327,7 +333,16 @@ def summarize(config: TMazeStudyConfig, arrays: dict) -> Summary:
         "rate_success_check_corridor": rate[:, check].mean(),
         "rate_success_longest": rate[:, -1].mean(),
         "rate_success_memory_noise": noise[:, crosses].mean(),
+        "rate_success_longest_memory_noise": noise[:, -1].mean(),
     }
+    # Is a RATE below chance still walking the corridor? An episode that never turns times out and fails;
+    # right turns: the successes among the episodes that turned (NaN where none turned).
+    for key, arm in (("rate", "RATE"), ("rate_memory_noise", NOISE)):
+        chose = np.asarray(arrays["chose"][arm])
+        turned = chose[:, -1].mean()
+        metrics[f"{key}_turned_crosses_segment"] = chose[:, crosses].mean()
+        metrics[f"{key}_turned_longest"] = turned
+        metrics[f"{key}_right_turns_longest"] = np.asarray(success[arm])[:, -1].mean() / turned if turned else np.nan
     tail = max(1, config.num_steps // 20)
     for name in config.variants:
         key = METRIC_NAMES[name]
@@ -352,18 +367,21 @@ def summarize(config: TMazeStudyConfig, arrays: dict) -> Summary:
     found.append(DT_AT_CHANCE.judge(per_seed_beyond(dt), control=per_seed_beyond(rate)))
     table = {"corridor_length": list(config.eval_corridors), "episodes_per_seed": list(config.episodes),
              **{k: v.tolist() for k, v in mask.items()},
-             **{name: np.asarray(s).mean(0).tolist() for name, s in success.items()}}
+             **{name: np.asarray(s).mean(0).tolist() for name, s in success.items()},
+             **{f"{name} turned": np.asarray(c).mean(0).tolist() for name, c in arrays["chose"].items()}}
     return Summary(metrics=metrics, checks=found, tables={"table": table})
 
 
-def _figure(config: TMazeStudyConfig, success: dict[str, np.ndarray], path) -> None:
+def _figure(config: TMazeStudyConfig, success: dict[str, np.ndarray], chose: dict[str, np.ndarray], path) -> None:
+    """Left: success against corridor length; right: the episodes that turned at the junction at all."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 2]})
     x = np.asarray(config.eval_corridors)
     for i, (name, s) in enumerate(success.items()):
         color = f"C{i}"
         ax.plot(x, s.mean(0), "o-", color=color, label=name)
+        right.plot(x, chose[name].mean(0), "o-", color=color, label=name)
         for row in s:
             ax.plot(x, row, "-", color=color, alpha=0.25, lw=0.8)
     mask = config.masks()
@@ -382,20 +400,30 @@ def _figure(config: TMazeStudyConfig, success: dict[str, np.ndarray], path) -> N
     ax.set_ylim(-0.02, 1.05)
     ax.set_title("T-Maze: success against corridor length (thin lines: seeds)")
     ax.legend(fontsize=7)
+    right.set_xscale("log")
+    right.set_xticks(x, [str(v) for v in x], fontsize=7)
+    right.minorticks_off()
+    right.set_xlabel("corridor length")
+    right.set_ylabel("episodes that turned at the junction")
+    right.set_ylim(-0.02, 1.05)
+    right.set_title("the rest timed out in the corridor (a failure)", fontsize=9)
     io.save_figure(fig, path)
 
 
 def write(config: TMazeStudyConfig, arrays: dict, summary: Summary, out_dir) -> None:
-    """``success.csv`` (model, seed, corridor, success), ``tmaze.npz``, ``success_vs_length.png``."""
+    """``success.csv`` (model, seed, corridor, success, turned: the fraction of episodes that turned at
+    the junction at all), ``tmaze.npz``, ``success_vs_length.png``."""
     success = {k: np.asarray(v) for k, v in arrays["success"].items()}
-    rows = [(name, s, int(c), float(success[name][s, j])) for name in success for s in range(success[name].shape[0])
-            for j, c in enumerate(config.eval_corridors)]
+    chose = {k: np.asarray(v) for k, v in arrays["chose"].items()}
+    rows = [(name, s, int(c), float(success[name][s, j]), float(chose[name][s, j])) for name in success
+            for s in range(success[name].shape[0]) for j, c in enumerate(config.eval_corridors)]
     io.write_csv(out_dir / "success.csv", {"model": [r[0] for r in rows], "seed": [r[1] for r in rows],
-                                           "corridor_length": [r[2] for r in rows], "success": [r[3] for r in rows]})
+                                           "corridor_length": [r[2] for r in rows], "success": [r[3] for r in rows],
+                                           "turned": [r[4] for r in rows]})
     io.save_npz(out_dir / "tmaze.npz", corridor_lengths=np.asarray(config.eval_corridors),
-                **{f"success_{k}": v for k, v in success.items()},
+                **{f"success_{k}": v for k, v in success.items()}, **{f"turned_{k}": v for k, v in chose.items()},
                 **{f"loss_{k}": np.asarray(v["loss"]) for k, v in arrays["curves"].items()})
-    _figure(config, success, out_dir / "success_vs_length.png")
+    _figure(config, success, chose, out_dir / "success_vs_length.png")
 
 
 STUDY = register(Study(
