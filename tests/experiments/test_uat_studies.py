@@ -336,14 +336,10 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     streams = []
     real = seeds.seed_keys
     monkeypatch.setattr(seeds, "seed_keys", lambda n, stream=seeds.JUDGED: streams.append(stream) or real(n, stream))
-    chunks, mapped = [], seeds.mapped
-    monkeypatch.setattr(seeds, "mapped", lambda *a, **k: chunks.append(a[4]) or mapped(*a, **k))
-    monkeypatch.setattr(cells, "CPU_CELLS_PER_CALL", 1)  # 8 cells on 4 devices: 2 calls of 1 cell each
     argv = ["run", "uat.darkroom", "--quick", *TINY_SIZE, "--set", 'schedules=["abrupt", "cyclic"]',
             "--seeds", "1", "--set", "stream=1", "--set", "adapt_batch=1", "--out", str(tmp_path)]
     assert cli.main(argv) in (0, 1)  # a tiny model may fail the checks; the run must complete
     assert streams == [seeds.SCREENING] * 2  # UAT, VT and A-DT one program, TENT/CoTTA another
-    assert chunks == [1, 1]
     out = tmp_path / "uat.darkroom"
     result = _result(out)
     assert result["config"]["seeds"] == 1 and result["config"]["size"]["epochs"] == 2
@@ -368,6 +364,22 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     assert loaded["metrics"].keys() == trained["metrics"].keys()
     for name, value in trained["metrics"].items():
         assert loaded["metrics"][name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def test_training_grids_run_at_most_the_cpus_cells_per_call(monkeypatch):
+    from experiments.studies.uat import training
+
+    caps = []
+
+    def fake_grid(ctx, name, cell, items, *, labels, num_seeds, max_chunk=None, **kwargs):
+        caps.append(max_chunk)
+        return {"loss": np.zeros((len(labels) * num_seeds, 1))}
+
+    monkeypatch.setattr(seeds, "train_grid", fake_grid)
+    tasks = [Task.make("gradual"), Task.make("abrupt")]
+    training.train_grid(None, "g", cells.CPU.train_config(), tasks, ["a", "b"], 3, seeds.SCREENING)
+    training.replay_grid(None, "r", None, np.zeros((6, 1)), tasks, ["a", "b"], 3, seeds.SCREENING)
+    assert jax.default_backend() == "cpu" and caps == [cells.CPU_CELLS_PER_CALL] * 2 == [8, 8]
 
 
 def test_ablation_tiny_run(tmp_path):
