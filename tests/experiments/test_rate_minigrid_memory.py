@@ -71,7 +71,9 @@ def _planted(config, s=2):
     cue = np.zeros(points)
     cue[1] = 0.5
     per_seed = {v: np.ones(s) for v in config.variants}
-    return {"success": success, "val_choice_accuracy": per_seed, "val_accuracy": per_seed, "final_loss": per_seed,
+    chose = {arm: np.ones((s, points, e)) for arm in success}
+    chose["DT"][:, 0] = [1.0, 1.0, 0.0, 0.0]  # DT reached the choice in half of the training task's episodes
+    return {"success": success, "chose": chose, "val_choice_accuracy": per_seed, "val_accuracy": per_seed, "final_loss": per_seed,
             "oracle": np.ones(points), "random": np.full(points, 0.1), "cue_in_dt_context": cue}
 
 
@@ -84,6 +86,8 @@ def test_summarize_margins_by_hand():
     assert m["sizes_cue_outside"] == 8  # every evaluated size but 11
     assert m["rate_minus_dt_success_cue_outside"] == pytest.approx(0.5 / 8)  # only size 21 differs
     assert m["rate_minus_dt_success_s11"] == pytest.approx(-0.5)
+    assert m["dt_chose_train"] == 0.5 and m["rate_chose_train"] == 1.0 and m["rate_noise_chose_train"] == 1.0
+    assert summary.tables["table"]["DT chose"][:2] == [0.5, 1.0]
     # every seed alike: a zero-width interval, no PASS on two agreeing seeds (experiments.checks), a PASS on three
     assert [c.verdict for c in summary.checks] == ["INCONCLUSIVE", "FAIL"]
     assert all(c.control.verdict == "FAIL" and c.n == 2 for c in summary.checks)
@@ -125,6 +129,7 @@ def test_tiny_run_end_to_end(tmp_path):
     rows = list(csv.DictReader((out / "success.csv").open()))
     assert {(r["point"], r["model"]) for r in rows} == {(p, v) for p in ("train", "s11")
                                                         for v in ("RATE", "DT", study.NOISE)}
+    assert all(float(r["success"]) <= float(r["chose"]) <= 1.0 for r in rows)  # a success is a choice
     assert (out / "success_vs_size.png").stat().st_size > 0
     with np.load(out / "minigrid_memory.npz") as npz:
-        assert npz["success_RATE"].shape == (1, 2, 2)
+        assert npz["success_RATE"].shape == npz["chose_DT"].shape == (1, 2, 2)

@@ -252,14 +252,14 @@ def _references(config: MinigridMemoryStudyConfig, key: jax.Array) -> dict[str, 
 
 
 def compute(config: MinigridMemoryStudyConfig, ctx: RunContext) -> dict:
-    """``success`` {variant: [S, P, E]} for the evaluation points P (``eval_points``; RATE also with
-    memory noise, ``NOISE``),
+    """``success`` and ``chose`` (the episode ended beside an end object, right or wrong) {variant:
+    [S, P, E]} for the evaluation points P (``eval_points``; RATE also with memory noise, ``NOISE``),
     ``val_choice_accuracy`` / ``val_accuracy`` {variant: [S]} (teacher forced: the choice, all
     actions), ``final_loss`` {variant: [S]}, and the references {name: [P]}."""
     keys = jnp.asarray(seeds.seed_keys(config.seeds, config.stream))
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, EVAL_TAG))(keys)
     params = config.eval_params()
-    success, choice, accuracy, final_loss = {}, {}, {}, {}
+    success, chose, choice, accuracy, final_loss = {}, {}, {}, {}, {}
     tail = max(1, config.training.num_steps // 20)
     for variant in config.variants:
         tcfg = config.train_config(variant)
@@ -270,10 +270,9 @@ def compute(config: MinigridMemoryStudyConfig, ctx: RunContext) -> dict:
         results = training.evaluate_seeds(ctx, variant, tcfg.model, config.task, params, EVAL_STEPS, state.params,
                                           eval_keys, noise=noise)
         shape = (config.seeds, len(config.eval_points()), config.eval_episodes)
-        success[variant] = results[0]["success"].reshape(shape)
-        if variant == "RATE":
-            success[NOISE] = results[1]["success"].reshape(shape)
-    return {"success": success, "val_choice_accuracy": choice, "val_accuracy": accuracy, "final_loss": final_loss,
+        for arm, result in zip((variant, NOISE), results):
+            success[arm], chose[arm] = (result[k].reshape(shape) for k in ("success", "chose"))
+    return {"success": success, "chose": chose, "val_choice_accuracy": choice, "val_accuracy": accuracy, "final_loss": final_loss,
             **_references(config, keys[0])}
 
 
@@ -282,7 +281,8 @@ def _point_names(config: MinigridMemoryStudyConfig) -> list[str]:
 
 
 def summarize(config: MinigridMemoryStudyConfig, arrays: dict) -> Summary:
-    """Success per model and evaluation point, RATE's margins over each baseline, the checks."""
+    """Success per model and evaluation point, the episodes that reached a choice (beside an end
+    object, right or wrong; the rest were cut at 96 steps), RATE's margins over each baseline, the checks."""
     names = _point_names(config)
     metrics = {}
     for i, point in enumerate(names):
@@ -290,9 +290,10 @@ def summarize(config: MinigridMemoryStudyConfig, arrays: dict) -> Summary:
             metrics[f"{ref}_{point}"] = arrays[ref][i]
     for variant in config.variants:
         key = METRIC_NAMES[variant]
-        per_point = np.asarray(arrays["success"][variant]).mean((0, 2))
+        per_point, chose = (np.asarray(arrays[k][variant]).mean((0, 2)) for k in ("success", "chose"))
         for i, point in enumerate(names):
             metrics[f"{key}_success_{point}"] = per_point[i]
+            metrics[f"{key}_chose_{point}"] = chose[i]
         for name in ("val_choice_accuracy", "val_accuracy", "final_loss"):
             metrics[f"{key}_{name}"] = np.asarray(arrays[name][variant]).mean()
     outside = [p for i, p in enumerate(names) if i > 0 and arrays["cue_in_dt_context"][i] <= OUTSIDE_FRACTION]
@@ -306,6 +307,7 @@ def summarize(config: MinigridMemoryStudyConfig, arrays: dict) -> Summary:
                                                                 - metrics[f"{key}_success_{point}"])
     metrics["sizes_cue_outside"] = len(outside)
     metrics["rate_noise_success_train"] = np.asarray(arrays["success"][NOISE])[:, 0].mean()
+    metrics["rate_noise_chose_train"] = np.asarray(arrays["chose"][NOISE])[:, 0].mean()
     metrics = {k: float(v) for k, v in metrics.items()}
     per_seed = {arm: np.asarray(arrays["success"][arm]).mean(-1) for arm in ("RATE", NOISE, "DT")}  # [S, P]
     cols = [i for i, p in enumerate(names) if p in outside]
@@ -319,7 +321,8 @@ def summarize(config: MinigridMemoryStudyConfig, arrays: dict) -> Summary:
     table = {"point": names, "size": [s for s, _ in config.eval_points()],
              "length": ["random" if r else "fixed" for _, r in config.eval_points()],
              **{ref: [metrics[f"{ref}_{p}"] for p in names] for ref in ("oracle", "random", "cue_in_dt_context")},
-             **{v: [metrics[f"{METRIC_NAMES[v]}_success_{p}"] for p in names] for v in config.variants}}
+             **{v: [metrics[f"{METRIC_NAMES[v]}_success_{p}"] for p in names] for v in config.variants},
+             **{f"{v} chose": [metrics[f"{METRIC_NAMES[v]}_chose_{p}"] for p in names] for v in config.variants}}
     return Summary(metrics=metrics, checks=found, tables={"table": table})
 
 
@@ -348,16 +351,17 @@ def _figure(config: MinigridMemoryStudyConfig, arrays: dict, path) -> None:
 
 
 def write(config: MinigridMemoryStudyConfig, arrays: dict, summary: Summary, out_dir) -> None:
-    """``success.csv`` (point, size, model, seed, success), ``minigrid_memory.npz`` (every
-    episode's success), ``success_vs_size.png``."""
+    """``success.csv`` (point, size, model, seed, success, chose: the fraction of episodes that
+    reached a choice), ``minigrid_memory.npz`` (every episode's success and choice), ``success_vs_size.png``."""
     names = _point_names(config)
-    rows = [(p, s, v, seed, float(np.asarray(arrays["success"][v])[seed, i].mean()))
-            for i, (p, (s, _)) in enumerate(zip(names, config.eval_points()))
-            for v in (*config.variants, NOISE) for seed in range(config.seeds)]
-    io.write_csv(out_dir / "success.csv", {col: [r[j] for r in rows]
-                                           for j, col in enumerate(("point", "size", "model", "seed", "success"))})
-    io.save_npz(out_dir / "minigrid_memory.npz", **{f"success_{v}": np.asarray(arrays["success"][v])
-                                                   for v in (*config.variants, NOISE)})
+    arms = (*config.variants, NOISE)
+    rows = [(p, s, v, seed, *(float(np.asarray(arrays[k][v])[seed, i].mean()) for k in ("success", "chose")))
+            for i, (p, (s, _)) in enumerate(zip(names, config.eval_points())) for v in arms
+            for seed in range(config.seeds)]
+    columns = ("point", "size", "model", "seed", "success", "chose")
+    io.write_csv(out_dir / "success.csv", {col: [r[j] for r in rows] for j, col in enumerate(columns)})
+    io.save_npz(out_dir / "minigrid_memory.npz", **{f"{k}_{v}": np.asarray(arrays[k][v]) for k in ("success", "chose")
+                                                   for v in arms})
     _figure(config, arrays, out_dir / "success_vs_size.png")
 
 

@@ -98,8 +98,8 @@ def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task
     each run for ``max_steps`` steps, once per ``noise`` flag (``memory_noise`` of
     ``rate_jax.make_env_evaluate``: every memory passed between segments replaced by noise,
     the paper's ablation and the RATE studies' negative control): per flag
-    {"success", "episode_return", "episode_length": [S, E]} (success NaN where the task
-    reports none). One compiled program for every flag (the noise is drawn either way, so the
+    {"success", "chose", "episode_return", "episode_length": [S, E]} (success and chose, as in
+    ``rate_jax.evaluate.EvalResult``, NaN where the task reports none). One compiled program for every flag (the noise is drawn either way, so the
     clean run does not depend on it); its compile time is recorded on ``ctx`` and logged with
     the run time."""
     evaluate = rate_jax.make_env_evaluate(model, task.env, max_steps, task.initial_rtg)
@@ -111,7 +111,8 @@ def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task
     t0, results = time.perf_counter(), []
     for flag in noise:
         out = program(params, keys, env_params, jnp.asarray(flag))
-        results.append({k: np.asarray(getattr(out, k)) for k in ("success", "episode_return", "episode_length")})
+        results.append({k: np.asarray(getattr(out, k)) for k in ("success", "chose", "episode_return",
+                                                                 "episode_length")})
     print(f"[{ctx.study}] evaluate {name}: compile {compile_s:.1f} s, run {time.perf_counter() - t0:.1f} s "
           f"({len(noise)} flag(s))", file=sys.stderr, flush=True)
     return results
