@@ -16,7 +16,7 @@ from rate_jax import minigrid_memory, popgym, tasks, tmaze
 from rate_jax.config import DT_CONTEXTS, MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
 from rate_jax.dataset import Trajectories, generate, mirror, sample_corridor_lengths, segment_corridor_lengths
 from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_env_evaluate, make_evaluate,
-                               make_packed_evaluate, segments_needed, slot_queues)
+                               make_packed_evaluate, make_sliding_evaluate, segments_needed, slot_queues)
 from rate_jax.masks import segment_mask
 from rate_jax.model import RATE, Carry, DecodeState, Segment, SegmentOutput, split_segments, step_groups, unroll
 from rate_jax.mrv import MRV, mrv_activation
@@ -30,7 +30,7 @@ __all__ = [
     "DT_CONTEXTS", "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "DecodeState", "EvalResult", "ModelConfig",
     "PackedResult", "Schedule", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
     "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
-    "make_chunk", "make_env_evaluate", "make_evaluate", "make_packed_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
+    "make_chunk", "make_env_evaluate", "make_evaluate", "make_packed_evaluate", "make_sliding_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
     "mrv_activation", "mrv_convex_form", "mrv_update", "no_anti_alignment", "normalize_rows", "popgym", "retention_bound",
     "retention_ratio", "sample_corridor_lengths", "sample_instances", "segment_corridor_lengths", "segment_mask",
     "segments_needed", "slot_queues", "split_segments", "step_groups", "tasks", "tmaze", "to_segments", "unroll", "variant",

@@ -173,6 +173,42 @@ class _Rollout:
     carry: Carry
 
 
+def _where(cond: jax.Array, new, old):
+    """``new`` where ``cond`` [S] holds, else ``old`` (pytrees with a leading slot axis S)."""
+    return jax.tree.map(lambda a, b: jnp.where(cond.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
+def _advance(env, ro: _Rollout, action: jax.Array, keys: jax.Array, env_params) -> _Rollout:
+    """One environment step of every slot with ``action`` [S]; a slot whose episode is done keeps its
+    state. ``success`` / ``chose``: whether a live step has reported ``info[name]`` (NaN: never reported)."""
+    obs, env_state, reward, done, info = jax.vmap(env.step)(keys, ro.env_state, action, env_params)
+    live = ~ro.done
+
+    def seen(name, so_far):
+        hit = info[name].astype(jnp.float32) if name in info else jnp.full(live.shape, jnp.nan)
+        return jnp.where(live, jnp.maximum(so_far, hit), so_far)
+
+    return ro.replace(env_state=_where(live, env_state, ro.env_state), obs=_where(live, obs, ro.obs),
+                      rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live,
+                      length=ro.length + live, success=seen("success", ro.success), chose=seen("chose", ro.chose))
+
+
+def _fresh(env, reset_keys: jax.Array, env_params, initial_rtg: float, carry: Carry) -> _Rollout:
+    """Slots that start their episodes: reset with ``reset_keys`` [S], return-to-go ``initial_rtg``."""
+    obs, env_state = jax.vmap(env.reset)(reset_keys, env_params)
+    zeros = jnp.zeros(reset_keys.shape[0])
+    return _Rollout(env_state=env_state, obs=obs, rtg=jnp.full(zeros.shape, initial_rtg, jnp.float32),
+                    done=jnp.zeros(zeros.shape, bool), ret=zeros, length=jnp.zeros(zeros.shape, jnp.int32),
+                    success=zeros, chose=zeros, carry=carry)
+
+
+def _segment_keys(run_key: jax.Array, segment, segment_len: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """An episode's keys for its segment ``segment``: (step 0's environment key, steps 1..K-1's [K-1], the
+    memory noise's): ``split(fold_in(run_key, segment), 3)``, the middle one split K-1 ways."""
+    first, rest, noise = jax.random.split(jax.random.fold_in(run_key, segment), 3)
+    return first, jax.random.split(rest, segment_len - 1), noise
+
+
 def _noise_like(keys: jax.Array, memory: jax.Array) -> jax.Array:
     """Gaussian noise [B, m, d] with each row's mean and std of ``memory`` (one key per row)."""
     mean = jnp.mean(memory, axis=(1, 2), keepdims=True)
@@ -206,44 +242,26 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
         of = lambda ep: jax.tree.map(lambda x: x[ep], env_params)
 
         def fresh(ep, slot_params):
-            obs, env_state = jax.vmap(env.reset)(reset_keys[ep], slot_params)
-            zeros = jnp.zeros(s_slots)
-            return _Rollout(env_state=env_state, obs=obs, rtg=jnp.full(s_slots, initial_rtg, jnp.float32),
-                            done=jnp.zeros(s_slots, bool), ret=zeros, length=jnp.zeros(s_slots, jnp.int32),
-                            success=zeros, chose=zeros, carry=initial_carry)
-
-        def where(cond, new, old):
-            return jax.tree.map(lambda a, b: jnp.where(cond.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
+            return _fresh(env, reset_keys[ep], slot_params, initial_rtg, initial_carry)
 
         def segment(ro: _Rollout, xs):
             ep, own = xs  # [S]: each slot's episode and that episode's segment number
             slot_params = of(ep)
             begins, new = own == 0, fresh(ep, slot_params)  # a slot starting an episode resets
-            carry = Carry(memory=where(begins, new.carry.memory, ro.carry.memory),
+            carry = Carry(memory=_where(begins, new.carry.memory, ro.carry.memory),
                           cache=jnp.where(begins[None, :, None, None], new.carry.cache, ro.carry.cache),
-                          cache_valid=where(begins, new.carry.cache_valid, ro.carry.cache_valid))
+                          cache_valid=_where(begins, new.carry.cache_valid, ro.carry.cache_valid))
             fields = ("env_state", "obs", "rtg", "done", "ret", "length", "success", "chose")
-            ro = ro.replace(carry=carry, **{f: where(begins, getattr(new, f), getattr(ro, f)) for f in fields})
-            seg_keys = jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), 3))(run_keys[ep], own)
-            k_first, k_noise = seg_keys[:, 0], seg_keys[:, 2]
-            k_steps = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, k_seg - 1))(seg_keys[:, 1]), 0, 1)
+            ro = ro.replace(carry=carry, **{f: _where(begins, getattr(new, f), getattr(ro, f)) for f in fields})
+            k_first, k_steps, k_noise = jax.vmap(lambda k, i: _segment_keys(k, i, k_seg))(run_keys[ep], own)
+            k_steps = jnp.swapaxes(k_steps, 0, 1)
 
             def env_step(ro: _Rollout, buf: Segment, kv: DecodeState, idx, keys, start, num: int):
                 """Step idx of the segment: tokens start .. start + num - 1 end with o_idx."""
                 buf = buf.replace(obs=buf.obs.at[:, idx].set(ro.obs), rtg=buf.rtg.at[:, idx].set(ro.rtg))
                 logits, kv = model.apply(params, buf, ro.carry, kv, start, num, method=RATE.decode)
                 action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-                obs, env_state, reward, done, info = jax.vmap(env.step)(keys, ro.env_state, action, slot_params)
-                live = ~ro.done
-
-                def seen(name, so_far):  # whether a live step has reported info[name] (NaN: never reported)
-                    hit = info[name].astype(jnp.float32) if name in info else jnp.full(s_slots, jnp.nan)
-                    return jnp.where(live, jnp.maximum(so_far, hit), so_far)
-
-                ro = ro.replace(env_state=where(live, env_state, ro.env_state), obs=where(live, obs, ro.obs),
-                                rtg=ro.rtg - reward * live, done=ro.done | done, ret=ro.ret + reward * live,
-                                length=ro.length + live, success=seen("success", ro.success),
-                                chose=seen("chose", ro.chose))
+                ro = _advance(env, ro, action, keys, slot_params)
                 buf = buf.replace(actions=buf.actions.at[:, idx].set(action),
                                   action_known=buf.action_known.at[:, idx].set(1.0))
                 return ro, buf, kv
@@ -274,6 +292,60 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
         return out
 
     return rollout
+
+
+def make_sliding_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg: float = 1.0
+                          ) -> Callable[..., EvalResult]:
+    """A model without memory or cache (DT) evaluated with a sliding window, as the authors' validation
+    scripts run their DT (``val_popgym.py``, ``val_minigridmemory.py``: past the context length K the
+    oldest step is dropped at every step): at step t the model sees steps max(0, t - K + 1) .. t, at
+    window positions 0 .. min(t, K - 1), and acts on its last observation. :func:`make_env_evaluate`
+    instead restarts the window every K steps, so there the context after a boundary is short.
+
+    The same interface and episodes as :func:`make_env_evaluate` (``evaluate(params, key, env_params,
+    memory_noise=False) -> EvalResult``, ``key`` raw key data): the environment draws the same keys at
+    every step, so the two agree on every step before K and, for K >= ``max_steps``, on everything.
+    ``memory_noise`` is accepted for that interface and changes nothing (nothing is passed between
+    steps but the window). Each step runs the whole window (3K tokens), K times the incremental cost.
+    """
+    if config.num_mem_tokens or config.mem_len:
+        raise ValueError("a sliding window is for a model without memory tokens or cache (DT): got "
+                         f"num_mem_tokens={config.num_mem_tokens}, mem_len={config.mem_len}")
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
+        raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+    model, k_seg = RATE(config), config.segment_len
+    num_steps = -(-int(max_steps) // k_seg) * k_seg  # as make_env_evaluate's whole segments
+
+    def evaluate(params, key, env_params, memory_noise=False):
+        del memory_noise
+        n = jax.tree.leaves(env_params)[0].shape[0]
+        k_reset, k_run = jax.random.split(key)
+        carry = model.apply(params, n, method=RATE.initial_carry)
+        ro = _fresh(env, jax.random.split(k_reset, n), env_params, initial_rtg, carry)
+        run_keys = jax.random.split(k_run, n)
+        window = Segment(obs=jnp.zeros((n, k_seg, config.obs_dim)), actions=jnp.zeros((n, k_seg), jnp.int32),
+                         rtg=jnp.zeros((n, k_seg)), action_known=jnp.zeros((n, k_seg)))
+
+        def step(c, t):
+            ro, window = c
+            first, rest, _ = jax.vmap(lambda k: _segment_keys(k, t // k_seg, k_seg))(run_keys)
+            keys = jnp.concatenate([first[:, None], rest], axis=1)[:, t % k_seg]
+            idx = jnp.minimum(t, k_seg - 1)  # the step's window position: the last one once the window is full
+            window = jax.tree.map(lambda x: jnp.where(t >= k_seg, jnp.roll(x, -1, axis=1), x), window)
+            window = window.replace(obs=window.obs.at[:, idx].set(ro.obs), rtg=window.rtg.at[:, idx].set(ro.rtg),
+                                    action_known=window.action_known.at[:, idx].set(0.0))
+            logits = model.apply(params, window, carry).logits
+            action = jnp.argmax(jnp.take(logits, idx, axis=1), axis=-1).astype(jnp.int32)
+            ro = _advance(env, ro, action, keys, env_params)
+            window = window.replace(actions=window.actions.at[:, idx].set(action),
+                                    action_known=window.action_known.at[:, idx].set(1.0))
+            return (ro, window), action
+
+        (ro, _), actions = jax.lax.scan(step, (ro, window), jnp.arange(num_steps))
+        return EvalResult(success=ro.success, chose=ro.chose, episode_return=ro.ret, episode_length=ro.length,
+                          actions=actions.T)
+
+    return evaluate
 
 
 def _noise_flags(memory_noise, num_episodes: int) -> jax.Array:

@@ -24,7 +24,7 @@ TINY = ["--set", "train_size=7", "--set", "eval_sizes=[11]", "--set", "base.n_la
                                           ("random_length", "maybe"), ("eval_sizes", []), ("eval_sizes", [11, 11]),
                                           ("eval_sizes", [12]), ("variants", ["DT"]), ("variants", ["RATE", "DT", "GRU"]),
                                           ("num_segments", 1), ("eval_episodes", 0), ("stream", 2),
-                                          ("training.chunks", 7)])
+                                          ("training.chunks", 7), ("dt_window", "slide")])
 def test_bad_values_are_config_errors(field, value):
     with pytest.raises(configs.ConfigError, match=field.split(".")[-1]):
         configs.apply(study.QUICK, [(field, value)])
@@ -41,15 +41,17 @@ def test_segment_length_and_evaluation_points():
 
 
 def test_cue_in_context_by_hand():
-    obs = np.zeros((3, 10, 27), np.float32)
-    obs[0, 1, 0] = minigrid_memory.KEY  # cue at t = 1, choice at 6: window [4, 8) -> outside
+    obs = np.zeros((4, 10, 27), np.float32)
+    obs[0, 2, 0] = minigrid_memory.KEY  # cue at t = 2, choice at 6: window [4, 8) or [3, 6] -> outside
     obs[1, 5, 12] = minigrid_memory.BALL  # cue at t = 5, choice at 6 -> inside
     obs[1, 7, 0] = minigrid_memory.KEY  # an end object at/after the choice is not the cue
     obs[2, 0, 0] = minigrid_memory.KEY  # never reaches the choice (corridor_length 0) -> outside
-    zeros = jnp.zeros((3, 10))
+    obs[3, 3, 3] = minigrid_memory.BALL  # cue at t = 3, choice at 6: outside [4, 8), inside the last 4 steps [3, 6]
+    zeros = jnp.zeros((4, 10))
     traj = Trajectories(obs=jnp.asarray(obs), actions=zeros.astype(jnp.int32), rtg=zeros, action_mask=zeros,
-                        corridor_length=jnp.asarray([6, 6, 0]), goal_y=jnp.ones(3, jnp.int32))
-    assert study.cue_in_context(traj, 4).tolist() == [False, True, False]
+                        corridor_length=jnp.asarray([6, 6, 0, 6]), goal_y=jnp.ones(4, jnp.int32))
+    assert study.cue_in_context(traj, 4).tolist() == [False, True, False, False]
+    assert study.cue_in_context(traj, 4, "sliding").tolist() == [False, True, False, True]
     # Fixed length at size 9 (h = 6), K = 6: the cue is always seen in an earlier window than the choice.
     params = minigrid_memory.make_params(np.full(48, 9), view_size=3)
     assert not study.cue_in_context(minigrid_memory.generate(jax.random.key(0), params, 16), 6).any()

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+import rate_jax
 from experiments import cli
 from experiments.studies.rate import popgym as study
 
@@ -20,7 +21,7 @@ TINY = ["--set", "tasks=[\"repeat_previous\"]", "--set", "base.n_layer=1", "--se
 @pytest.mark.parametrize("override", ["tasks=[\"battleship\"]", "tasks=[]", "level=\"extreme\"",
                                       "variants=[\"RATE\"]", "num_segments=1", "training.chunks=7", "stream=2",
                                       "training.learning_rate=0", "training.detach_memory=1",
-                                      "training.grad_clip=0", "training.lr_end_factor=2"])
+                                      "training.grad_clip=0", "training.lr_end_factor=2", "dt_window=\"slide\""])
 def test_bad_overrides_are_usage_errors(override, capsys):
     assert cli.main(["show", "rate.popgym", "--quick", "--set", override]) == 2
     assert "error:" in capsys.readouterr().err
@@ -98,12 +99,16 @@ def test_memory_noise_control_fails_every_claim():
     assert [k.verdict for k in powerless] == ["NO POWER"] * 3
 
 
-def test_tiny_run_end_to_end(tmp_path):
+def test_tiny_run_end_to_end(tmp_path, monkeypatch):
     # as the FULL preset trains: the authors' detached trainer (rate.minigrid_memory's tiny run keeps full
-    # backpropagation), RATE with a Transformer-XL cache, and RATE without it
+    # backpropagation), RATE with a Transformer-XL cache, and RATE without it; DT, and DT only, is
+    # evaluated with the authors' sliding window
+    sliding, make = [], rate_jax.make_sliding_evaluate
+    monkeypatch.setattr(rate_jax, "make_sliding_evaluate", lambda model, *a, **k: sliding.append(model) or make(model, *a, **k))
     argv = ["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY, "--set", "training.detach_memory=true",
             "--set", "base.mem_len=6", "--set", 'variants=["RATE", "DT", "RATE-nocache"]']
     assert cli.main(argv) in (0, 1)
+    assert len(sliding) == 1 and sliding[0].num_mem_tokens == sliding[0].mem_len == 0
     out = tmp_path / "rate.popgym"
     result = json.loads((out / "result.json").read_text())
     assert result["config"]["training"]["detach_memory"] is True

@@ -91,8 +91,12 @@ def train_seeds(ctx: RunContext, name: str, tcfg: rate_jax.TrainConfig, num_seed
     return state.train, {k: np.asarray(v) for k, v in state.curves.items()}, np.asarray(turn), np.asarray(acc)
 
 
+DT_WINDOWS = ("restart", "sliding")  # how DT's K-step context moves at evaluation (``evaluate_seeds``'s ``window``)
+
+
 def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task, env_params,
-                   max_steps: int, params, keys, noise: tuple[bool, ...] = (False,)) -> list[dict[str, np.ndarray]]:
+                   max_steps: int, params, keys, noise: tuple[bool, ...] = (False,), window: str = "restart"
+                   ) -> list[dict[str, np.ndarray]]:
     """Every seed (``params`` and evaluation ``keys`` [S] stacked) on every episode of
     ``env_params`` (leading axis E) of ``task.env``, from return-to-go ``task.initial_rtg``,
     each run for ``max_steps`` steps, once per ``noise`` flag (``memory_noise`` of
@@ -101,8 +105,14 @@ def evaluate_seeds(ctx: RunContext, name: str, model: rate_jax.ModelConfig, task
     {"success", "chose", "episode_return", "episode_length": [S, E]} (success and chose, as in
     ``rate_jax.evaluate.EvalResult``, NaN where the task reports none). One compiled program for every flag (the noise is drawn either way, so the
     clean run does not depend on it); its compile time is recorded on ``ctx`` and logged with
-    the run time."""
-    evaluate = rate_jax.make_env_evaluate(model, task.env, max_steps, task.initial_rtg)
+    the run time. ``window`` (one of :data:`DT_WINDOWS`, for a model without memory or cache):
+    ``"restart"`` runs segments of K steps, the context restarting at each boundary
+    (``rate_jax.make_env_evaluate``); ``"sliding"`` drops the oldest step at every step once K are
+    in context, as the authors evaluate their DT (``rate_jax.make_sliding_evaluate``)."""
+    if window not in DT_WINDOWS:
+        raise ValueError(f"window must be one of {DT_WINDOWS}, got {window!r}")
+    make = rate_jax.make_sliding_evaluate if window == "sliding" else rate_jax.make_env_evaluate
+    evaluate = make(model, task.env, max_steps, task.initial_rtg)
     t0 = time.perf_counter()
     program = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None, None))).lower(
         params, keys, env_params, jnp.asarray(False)).compile()
