@@ -18,7 +18,7 @@ buffer a late one does, and reading the buffers is most of a step's time.
 
 The rollout (a ``lax.scan`` over segments of a batch of slots) takes any environment with
 gymnax-style ``reset``/``step`` (``rate_jax.tmaze``, ``rate_jax.minigrid_memory``, the
-``rate_jax.popgym`` tasks); three evaluators share it:
+``rate_jax.popgym`` tasks); three evaluators share it, and a fourth its step:
 
 * :func:`make_env_evaluate` runs every episode of any such environment for ``max_steps``
   steps (one slot per episode), from a given initial return-to-go; success is the
@@ -30,6 +30,10 @@ gymnax-style ``reset``/``step`` (``rate_jax.tmaze``, ``rate_jax.minigrid_memory`
   numpy); when a slot's episode has used its segments the slot resets (M_0, empty cache,
   a new environment) and starts its next one. The scan is as long as the busiest slot's
   queue, close to sum(segments) / slots instead of episodes x max(segments).
+* :func:`make_sliding_evaluate` (its own scan over steps, the rollout's step and keys) is
+  :func:`make_env_evaluate` for a model without memory or cache (DT) whose K-step context
+  slides by one step at every step instead of restarting every K steps (the authors' DT
+  evaluation); it runs the whole window at every step.
 
 Every episode draws its keys from its own index i among the N episodes (reset key
 ``split(k_reset, N)[i]``, segment n of it ``fold_in(split(k_run, N)[i], n)``), so its
@@ -41,7 +45,8 @@ Readings:
   exactly as in training; the authors take it from the last per-step call, whose
   final action slot is not yet filled;
 * DT (one segment of K*N steps, no memory) therefore restarts its context every K*N
-  steps instead of sliding it; either way it cannot see the cue after K*N steps;
+  steps here (:func:`make_sliding_evaluate` slides it); either way it cannot see the cue
+  after K*N steps;
 * ``memory_noise`` (the paper's ablation that replaces the memory
   embeddings M by random noise at inference): every memory passed
   between segments is replaced by Gaussian noise with the same mean and standard
@@ -303,7 +308,7 @@ def make_sliding_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg:
     instead restarts the window every K steps, so there the context after a boundary is short.
 
     The same interface and episodes as :func:`make_env_evaluate` (``evaluate(params, key, env_params,
-    memory_noise=False) -> EvalResult``, ``key`` raw key data): the environment draws the same keys at
+    memory_noise=False) -> EvalResult``): the environment draws the same keys at
     every step, so the two agree on every step before K and, for K >= ``max_steps``, on everything.
     ``memory_noise`` is accepted for that interface and changes nothing (nothing is passed between
     steps but the window). Each step runs the whole window (3K tokens), K times the incremental cost.
