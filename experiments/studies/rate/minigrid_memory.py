@@ -189,7 +189,7 @@ class MinigridMemoryStudyConfig:
 # INCONCLUSIVE (about 4 seeds); 3 seeds x 1,600 steps (for the make run budget) +0.23 [0.07, 0.39] and +0.13
 # [0.06, 0.20], both INCONCLUSIVE: RATE learns less in fewer steps, so that cut was not taken. QUICK became
 # 3 x 2,000 (a third seed for a third of the steps: an interval with two degrees of freedom at the same cost);
-# judged once: module docstring. 227 s beside a neighbour (uat.sepsis), against 266 s for 2 x 3,000 in make run.
+# judged once: module docstring. 227 s beside a neighbour (uat.sepsis); in make run 265 s, as 2 x 3,000 (266 s).
 # DT's window sliding (the authors' evaluation), screened on stream 1 at 3 x 2,000: DT at chance at every size
 # (0.40-0.59; the cue inside its last K steps in 0-13% of episodes), training size +0.46 [0.16, 0.75] and the
 # sizes +0.21 [0.06, 0.37], both INCONCLUSIVE (about 4 seeds). Judged once: module docstring.
