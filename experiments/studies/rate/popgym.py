@@ -33,10 +33,10 @@ the card is outside its context at the first 3 scored steps of each segment afte
 of 48 at easy, where it guesses, expected return 1 - 2 * (6/48) * (3/4) = 0.81) does the gap
 measure memory across a segment boundary. CountRecall needs every value dealt so far, so past
 K steps either DT's context lacks most of what the count needs. Autoencode needs, at its m-th
-recall, the card shown 2m steps before: at easy (K = 35) a K-step context holds the cards of
-about half the recalls; the rest needs a memory of up to 35 cards, more than m = 3 memory
-tokens of d = 32 carry at this size, so neither model is expected to beat guessing there
-(reported, not checked).
+recall, the card shown 2m steps before: at easy (K = 35) a sliding K-step context holds the
+cards of the first 17 recalls (2m <= K - 1); the rest needs a memory of up to 35 cards, more
+than m = 3 memory tokens of d = 32 carry at this size, so there neither model is expected to
+beat guessing (reported, not checked).
 
 Checks (declared claims, judged per seed: seeds are the unit, RATE and DT paired by seed, 95%
 t interval; margins from the screening seeds, stream 1; judged seeds stream 0). The control of
