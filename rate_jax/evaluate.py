@@ -302,8 +302,8 @@ def _make_rollout(config: ModelConfig, schedule: Schedule, env, initial_rtg: flo
 def make_sliding_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg: float = 1.0
                           ) -> Callable[..., EvalResult]:
     """A model without memory or cache (DT) evaluated with a sliding window, as the authors' validation
-    scripts run their DT (``val_popgym.py``, ``val_minigridmemory.py``: past the context length K the
-    oldest step is dropped at every step): at step t the model sees steps max(0, t - K + 1) .. t, at
+    scripts run their DT on POPGym and Minigrid-Memory (past the context length K the oldest step
+    is dropped at every step): at step t the model sees steps max(0, t - K + 1) .. t, at
     window positions 0 .. min(t, K - 1), and acts on its last observation. :func:`make_env_evaluate`
     instead restarts the window every K steps, so there the context after a boundary is short.
 
@@ -327,14 +327,15 @@ def make_sliding_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg:
         k_reset, k_run = jax.random.split(key)
         carry = model.apply(params, n, method=RATE.initial_carry)
         ro = _fresh(env, jax.random.split(k_reset, n), env_params, initial_rtg, carry)
-        run_keys = jax.random.split(k_run, n)
+        segment_keys = jax.vmap(lambda k: jax.vmap(lambda seg: _segment_keys(k, seg, k_seg))(
+            jnp.arange(num_steps // k_seg)))(jax.random.split(k_run, n))
+        step_keys = jnp.concatenate([segment_keys[0][:, :, None], segment_keys[1]], axis=2)  # [N, segments, K]
+        step_keys = jnp.swapaxes(step_keys.reshape((n, num_steps) + step_keys.shape[3:]), 0, 1)  # [steps, N]
         window = Segment(obs=jnp.zeros((n, k_seg, config.obs_dim)), actions=jnp.zeros((n, k_seg), jnp.int32),
                          rtg=jnp.zeros((n, k_seg)), action_known=jnp.zeros((n, k_seg)))
 
-        def step(c, t):
-            ro, window = c
-            first, rest, _ = jax.vmap(lambda k: _segment_keys(k, t // k_seg, k_seg))(run_keys)
-            keys = jnp.concatenate([first[:, None], rest], axis=1)[:, t % k_seg]
+        def step(c, xs):
+            (ro, window), (t, keys) = c, xs
             idx = jnp.minimum(t, k_seg - 1)  # the step's window position: the last one once the window is full
             window = jax.tree.map(lambda x: jnp.where(t >= k_seg, jnp.roll(x, -1, axis=1), x), window)
             window = window.replace(obs=window.obs.at[:, idx].set(ro.obs), rtg=window.rtg.at[:, idx].set(ro.rtg),
@@ -346,7 +347,7 @@ def make_sliding_evaluate(config: ModelConfig, env, max_steps: int, initial_rtg:
                                     action_known=window.action_known.at[:, idx].set(1.0))
             return (ro, window), action
 
-        (ro, _), actions = jax.lax.scan(step, (ro, window), jnp.arange(num_steps))
+        (ro, _), actions = jax.lax.scan(step, (ro, window), (jnp.arange(num_steps), step_keys))
         return EvalResult(success=ro.success, chose=ro.chose, episode_return=ro.ret, episode_length=ro.length,
                           actions=actions.T)
 

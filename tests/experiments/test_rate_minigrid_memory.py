@@ -52,6 +52,8 @@ def test_cue_in_context_by_hand():
                         corridor_length=jnp.asarray([6, 6, 0, 6]), goal_y=jnp.ones(4, jnp.int32))
     assert study.cue_in_context(traj, 4).tolist() == [False, True, False, False]
     assert study.cue_in_context(traj, 4, "sliding").tolist() == [False, True, False, True]
+    with pytest.raises(ValueError, match="window"):
+        study.cue_in_context(traj, 4, "slide")
     # Fixed length at size 9 (h = 6), K = 6: the cue is always seen in an earlier window than the choice.
     params = minigrid_memory.make_params(np.full(48, 9), view_size=3)
     assert not study.cue_in_context(minigrid_memory.generate(jax.random.key(0), params, 16), 6).any()

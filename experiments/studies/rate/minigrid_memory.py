@@ -11,8 +11,8 @@ actions, episodes cut at 96 steps). Offline data: oracle episodes (the oracle ac
 what it has seen) at ``train_size`` (fixed hallway length unless ``random_length``). RATE's
 K = ceil((T + 1) / N) for the longest oracle episode of T steps, N segments (whole episodes,
 as ``rate.popgym``); DT has context K (``rate_jax.variant`` with ``dt_context="segment"``:
-trained on K-step windows) and at evaluation slides it, as the authors' ``val_minigridmemory.py``
-does (``dt_window="sliding"``; ``"restart"`` restarts it every K steps); RMT and TrXL (full size)
+trained on K-step windows) and at evaluation slides it, as the authors' Minigrid-Memory
+validation does (``dt_window="sliding"``; ``"restart"`` restarts it every K steps); RMT and TrXL (full size)
 as in ``rate.popgym``. Evaluation: online, argmax
 actions, return-to-go from 1, 96 steps, ``eval_episodes`` episodes per seed at the training
 task and at each of ``eval_sizes`` in the authors' setting (random length,
@@ -226,6 +226,8 @@ def cue_in_context(traj: rate_jax.Trajectories, segment_len: int, window: str = 
     choice = traj.corridor_length[:, None]
     cue = jnp.any((objects == minigrid_memory.KEY) | (objects == minigrid_memory.BALL), -1) & (t < choice)
     last_cue = jnp.max(jnp.where(cue, t, -1), axis=1)
+    if window not in training.DT_WINDOWS:
+        raise ValueError(f"window must be one of {training.DT_WINDOWS}, got {window!r}")
     if window == "sliding":
         start = traj.corridor_length - segment_len + 1
     else:

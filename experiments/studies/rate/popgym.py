@@ -15,10 +15,10 @@ scripts (their repository CognitiveAISystems/RATE, ``run_experiments/POPGym``): 
 (here ceil((T + 1) / N), so the K*N steps hold the final observation), N = 3 segments, so
 RATE's training trajectories are whole episodes; DT has context K (``rate_jax.variant``
 with ``dt_context="segment"``: trained on the K-step windows) and at evaluation slides it, as
-the authors' ``val_popgym.py`` does: past K steps the oldest step leaves the window at every step
+the authors' POPGym validation does: past K steps the oldest step leaves the window at every step
 (``dt_window="sliding"``, ``rate_jax.make_sliding_evaluate``; ``dt_window="restart"`` restarts
 the context every K steps instead, ``rate_jax.make_env_evaluate``). The authors' DT is trained on
-the first K steps of each episode only (their ``POPGymDataset`` cuts every trajectory to its
+the first K steps of each episode only (their POPGym data loader cuts every trajectory to its
 first K steps); ours on every K-step window, so it has seen later steps of an episode too. RMT
 (memory tokens, no valve, no cache) and TrXL (cache of 3*K*N tokens, no memory tokens) as in
 ``rate.tmaze``.
