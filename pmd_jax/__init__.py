@@ -34,6 +34,7 @@ from pmd_jax.decoder import (
 )
 from pmd_jax.loop import CriticStep, LoopTrace, closed_loop, decoder_critic, exact_critic
 from pmd_jax.mdp import (
+    CombinationLockFamily,
     FiniteMDP,
     RandomMDPFamily,
     bellman_operator,
@@ -62,7 +63,7 @@ from pmd_jax.tasks import (
 )
 
 __all__ = [
-    "ARM_NAMES", "Arm", "CriticStep", "DecoderConfig", "Packet", "decoder_critic", "sample_packet", "FiniteMDP", "Layout", "LoopTrace", "NormFreeDecoder", "RandomMDPFamily",
+    "ARM_NAMES", "Arm", "CombinationLockFamily", "CriticStep", "DecoderConfig", "Packet", "decoder_critic", "sample_packet", "FiniteMDP", "Layout", "LoopTrace", "NormFreeDecoder", "RandomMDPFamily",
     "ReturnedPolicyBound", "ReversalCell", "Transitions", "actor_call", "apply_actor", "apply_critic",
     "attention_mask", "bellman_operator", "closed_form_cell", "closed_loop", "construct_params",
     "critic_call", "critic_error_bound", "critic_leak_bounds", "decoder_cell", "exact_critic",

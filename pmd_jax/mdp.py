@@ -165,3 +165,36 @@ def two_state_family(c, gamma) -> FiniteMDP:
     P = jnp.zeros((2, 2, 2), c.dtype).at[0, :, 0].set(1.0).at[1, :, 1].set(1.0)
     R = jnp.stack([jnp.stack([-c, 0.0 * c]), jnp.stack([c, 0.0 * c])])
     return FiniteMDP(P=P, R=R, gamma=jnp.asarray(gamma, c.dtype))
+
+
+@struct.dataclass
+class CombinationLockFamily:
+    """Combination locks: a hard-exploration family (PolicyAttention, arXiv 2609.30500, section 11: "Hard-exploration
+    MDPs are untested"; the family is ours, ``docs/pmd.md`` section 12).
+
+    States ``0 .. S-1`` form a chain with one secret action ``c_s`` per state, drawn uniformly per MDP. At ``s``,
+    ``c_s`` opens the next state, ``s + 1``, and every other action resets the chain to state 0; at the last state
+    ``c_{S-1}`` pays reward 1 and restarts the chain at 0, and every other action resets it with reward 0. With
+    probability ``slip`` any transition goes to a uniformly drawn state instead. Every other reward is 0, so
+    ``|Q| <= 1 / (1 - gamma)`` (``B_Q = 5`` at ``gamma = 0.8``).
+
+    Under the uniform policy the chain reaches state ``s`` about ``A^{-s}`` as often as state 0 (without slips), so an
+    on-policy stream rarely sees the paying pair while a balanced packet sees it ``m`` times every round.
+    ``sample(key)`` is jit-safe.
+    """
+
+    gamma: jax.Array
+    slip: jax.Array
+    num_states: int = struct.field(pytree_node=False)
+    num_actions: int = struct.field(pytree_node=False)
+
+    def sample(self, key: jax.Array) -> FiniteMDP:
+        S, A = self.num_states, self.num_actions
+        dtype = jnp.asarray(self.slip).dtype
+        code = jax.random.randint(key, (S,), 0, A)
+        opens = jnp.arange(A)[None, :] == code[:, None]  # [S, A]: the secret action of each state
+        following = jnp.where(jnp.arange(S) < S - 1, jnp.arange(S) + 1, 0)  # the last state restarts the chain
+        successor = jnp.where(opens, following[:, None], 0)  # [S, A]
+        P = (1.0 - self.slip) * jax.nn.one_hot(successor, S, dtype=dtype) + self.slip / S
+        R = (opens & (jnp.arange(S) == S - 1)[:, None]).astype(dtype)
+        return FiniteMDP(P=P, R=R, gamma=jnp.asarray(self.gamma, dtype))

@@ -192,3 +192,57 @@ def test_returned_policy_bound_holds_in_the_decoder_loop(seed):
     b0 = np.max(np.abs(Q_star))  # >= ||Q* - Q_0|| with Q_0 = 0
     out = bound.returned_policy_bound(trace.zeta, trace.delta, trace.dbar, jnp.full(rounds, eta), gamma, cfg.q_bound, b0)
     assert loss <= float(out.bound)
+
+
+def _lock_by_hand(code, S, A, slip):
+    """The combination lock of ``code`` built entry by entry from its definition (CombinationLockFamily's docstring)."""
+    P, R = np.zeros((S, A, S)), np.zeros((S, A))
+    for s in range(S):
+        for a in range(A):
+            if a == code[s]:
+                target = s + 1 if s < S - 1 else 0
+                R[s, a] = 1.0 if s == S - 1 else 0.0
+            else:
+                target = 0
+            P[s, a, :] = slip / S
+            P[s, a, target] += 1.0 - slip
+    return P, R
+
+
+@pytest.mark.parametrize("S,A,slip", [(4, 3, 0.05), (5, 2, 0.0)])
+def test_combination_lock_against_its_definition(S, A, slip):
+    from pmd_jax.mdp import CombinationLockFamily
+
+    family = CombinationLockFamily(gamma=0.8, slip=slip, num_states=S, num_actions=A)
+    mdps = jax.vmap(family.sample)(jax.random.split(jax.random.key(3), 200))
+    P, R = np.asarray(mdps.P), np.asarray(mdps.R)
+    codes = []
+    for i in range(200):
+        # the secret action of state s is the one that does not reset to 0 (at the last state: the paying one)
+        code = [int(np.argmax(R[i, s])) if s == S - 1 else int(np.argmax(P[i, s, :, s + 1])) for s in range(S)]
+        P_hand, R_hand = _lock_by_hand(code, S, A, slip)
+        np.testing.assert_allclose(P[i], P_hand, atol=1e-12)
+        np.testing.assert_array_equal(R[i], R_hand)
+        codes.append(code)
+    counts = np.bincount(np.asarray(codes).reshape(-1), minlength=A) / (200 * S)
+    np.testing.assert_allclose(counts, 1.0 / A, atol=0.05)  # each secret action uniform over the actions
+
+
+def test_combination_lock_values_against_the_cycle_closed_form():
+    """Without slips the optimal policy walks the chain and is paid once every S steps, first at step S - 1:
+    V*(s) = gamma^(S-1-s) / (1 - gamma^S), and a wrong action is worth gamma V*(0)."""
+    from pmd_jax.mdp import CombinationLockFamily
+
+    S, A, gamma = 4, 3, 0.8
+    mdp = CombinationLockFamily(gamma=gamma, slip=0.0, num_states=S, num_actions=A).sample(jax.random.key(7))
+    Q = np.asarray(optimal_q(mdp, tol=1e-13))
+    V = gamma ** (S - 1 - np.arange(S)) / (1 - gamma ** S)
+    np.testing.assert_allclose(Q.max(axis=1), V, rtol=1e-10)
+    wrong = np.sort(Q, axis=1)[:, :-1]  # the A - 1 reset actions of each state
+    np.testing.assert_allclose(wrong, gamma * V[0], rtol=1e-10)
+    # under the uniform policy the chain visits state s about A^-s as often as state 0 (stationary distribution)
+    M = np.einsum("xay,yb->xayb", np.asarray(mdp.P), np.full((S, A), 1 / A)).reshape(S * A, S * A)
+    w, v = np.linalg.eig(M.T)
+    d = np.real(v[:, np.argmin(np.abs(w - 1))])
+    d = (d / d.sum()).reshape(S, A).sum(axis=1)
+    np.testing.assert_allclose(d / d[0], float(A) ** -np.arange(S), rtol=1e-8)

@@ -227,8 +227,9 @@ def packet_slots(cfg: CoverageConfig) -> tuple[int | None, ...]:
     return loop_packet_slots(decoder.Layout(cfg.num_states, cfg.num_actions), [a for a, _ in ARMS], [m for _, m in ARMS])
 
 
-def make_mdp_runner(cfg: CoverageConfig):
-    """``run(item) -> per-arm records`` for one MDP; the arms are the runs of one closed loop.
+def make_mdp_runner(cfg: CoverageConfig, arms: tuple[tuple[Arm, int], ...] = ARMS):
+    """``run(item) -> per-arm records`` for one MDP; the arms (``(arm, m)`` pairs, :data:`ARMS` by default) are the
+    runs of one closed loop, whose packets are drawn at ``S A`` times the largest ``m`` slots.
 
     ``item``: ``P``, ``R``, a typed ``key``, and the :data:`TRACED` values ``eta`` and
     ``explore_eps`` (scalars, so a sweep over them is a vmap over items). Every arm starts from
@@ -238,8 +239,9 @@ def make_mdp_runner(cfg: CoverageConfig):
     S, A = cfg.num_states, cfg.num_actions
     layout = decoder.Layout(S, A)
     params = decoder.construct_params(S, A, cfg.gamma, cfg.kappa, cfg.nu, jnp.float32)
-    K = len(ARMS)
-    budgets = jnp.array([m for _, m in ARMS])
+    K = len(arms)
+    budgets = jnp.array([m for _, m in arms])
+    n_max = S * A * max(m for _, m in arms)
     actor = jax.vmap(lambda pi, Q, eta: decoder.apply_actor(params, layout, pi, Q, eta), (0, 0, None))
 
     def run(item):
@@ -257,11 +259,11 @@ def make_mdp_runner(cfg: CoverageConfig):
             """Section 13's per-round critic envelope for a packet with at least ``m`` samples per pair
             (of ``n_max`` slots: the leak bound grows with the packet, so it covers the call on the valid ones)."""
             m_min = jnp.maximum(m, 1)
-            lam1, lam2 = critic_leak_bounds(S, A, cfg.kappa, cfg.nu, cfg.n_max, m_min)
+            lam1, lam2 = critic_leak_bounds(S, A, cfg.kappa, cfg.nu, n_max, m_min)
             eps = sampling_error(cfg.q_bound, S, A, cfg.rounds, cfg.alpha, m_min)
             return critic_error_bound(cfg.q_bound, cfg.gamma, lam1, lam2, eps)
 
-        critic = grouped_decoder_critic(params, layout, mdp, [a for a, _ in ARMS], [m for _, m in ARMS], cfg.n_max, explore_eps)
+        critic = grouped_decoder_critic(params, layout, mdp, [a for a, _ in arms], [m for _, m in arms], n_max, explore_eps)
         traces = closed_loop(k_loop, mdp, actor, critic, jnp.broadcast_to(pi0, (K, S, A)), jnp.broadcast_to(Q0, (K, S, A)),
                              jnp.full(K, start), eta, cfg.rounds, runs=True)
 
@@ -291,9 +293,9 @@ def mdp_items(cfg: CoverageConfig) -> dict[str, np.ndarray]:
             **{k: np.full(cfg.n_mdps, getattr(cfg, k), np.float32) for k in TRACED}}
 
 
-def runner_on_raw_keys(cfg: CoverageConfig):
+def runner_on_raw_keys(cfg: CoverageConfig, arms: tuple[tuple[Arm, int], ...] = ARMS):
     """:func:`make_mdp_runner` on items whose ``key`` is raw key data (the sweep's outputs are numeric)."""
-    run = make_mdp_runner(cfg)
+    run = make_mdp_runner(cfg, arms)
     return lambda item: run({**item, "key": jax.random.wrap_key_data(item["key"])})
 
 
