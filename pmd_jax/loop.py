@@ -21,6 +21,7 @@ from flax import struct
 
 from pmd_jax import decoder
 from pmd_jax.bound import greedy_defect
+from pmd_jax.learned import balanced_transitions
 from pmd_jax.mdp import FiniteMDP, bellman_operator
 from pmd_jax.pmd import pmd_step
 from pmd_jax.sampling import Arm, sample_packet
@@ -41,7 +42,8 @@ class CriticStep:
 @struct.dataclass
 class LoopTrace:
     """Per-round records (``[T]``, counts ``[T, S, A]``), every round's policy ``pi_hat_{k+1}``
-    (``policies [T, S, A]``) and the returned policy ``pi_hat_T``."""
+    (``policies [T, S, A]``), every round's critic output ``Q_{k+1}`` (``values [T, S, A]``) and the
+    returned policy ``pi_hat_T``."""
 
     zeta: jax.Array
     delta: jax.Array
@@ -49,12 +51,26 @@ class LoopTrace:
     counts: jax.Array
     policies: jax.Array
     policy: jax.Array
+    values: jax.Array
 
 
 def exact_critic(mdp: FiniteMDP):
     """The exact one-step backup ``Q_{k+1} = F^{pi_hat_{k+1}} Q_k`` (no samples)."""
     S, A = mdp.num_states, mdp.num_actions
     return lambda key, pi_hat, Q, stream: CriticStep(bellman_operator(mdp, pi_hat, Q), jnp.zeros((S, A), jnp.int32), stream)
+
+
+def learned_balanced_critic(critic, params, mdp: FiniteMDP, m: int):
+    """A learned critic (:class:`pmd_jax.learned.LearnedCritic` ``critic`` with ``params``) reading a balanced
+    packet of ``m`` fresh draws per pair under ``pi_hat_{k+1}`` (``learned.balanced_transitions``, the packets it
+    was trained on); it reports no visit counts (every pair has ``m``)."""
+    S, A = mdp.num_states, mdp.num_actions
+
+    def step(key, pi_hat, Q, stream):
+        packet = balanced_transitions(key, mdp, pi_hat, m)
+        return CriticStep(critic.q_values(params, Q, packet), jnp.zeros((S, A), jnp.int32), stream)
+
+    return step
 
 
 def decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arm, m, n_max: int, explore_eps=0.2,
@@ -146,10 +162,10 @@ def closed_loop(key, mdp: FiniteMDP, actor: Actor, critic, pi0, Q0, stream0, eta
         pi_hat = actor(pi, Q, eta)
         out = critic(key_k, pi_hat, Q, stream)
         zeta, delta, dbar = residuals(pi, Q, pi_hat, out.Q_next)
-        return (pi_hat, out.Q_next, out.stream_state), (zeta, delta, dbar, out.counts, pi_hat)
+        return (pi_hat, out.Q_next, out.stream_state), (zeta, delta, dbar, out.counts, pi_hat, out.Q_next)
 
     (pi_T, _, _), records = jax.lax.scan(round_, (pi0, Q0, jnp.asarray(stream0)), jax.random.split(key, rounds))
     if runs:  # rounds first from the scan; runs first in the trace
         records = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), records)
-    zeta, delta, dbar, counts, policies = records
-    return LoopTrace(zeta=zeta, delta=delta, dbar=dbar, counts=counts, policies=policies, policy=pi_T)
+    zeta, delta, dbar, counts, policies, values = records
+    return LoopTrace(zeta=zeta, delta=delta, dbar=dbar, counts=counts, policies=policies, policy=pi_T, values=values)

@@ -68,8 +68,8 @@ from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.seeds import JUDGED, check_stream, seed_keys
 from experiments.studies.pmd import training
-from pmd_jax import learned, tasks
-from pmd_jax.loop import CriticStep, closed_loop, exact_critic
+from pmd_jax import tasks
+from pmd_jax.loop import closed_loop, exact_critic, learned_balanced_critic
 from pmd_jax.mdp import optimal_q, policy_evaluation, uniform_policy
 from pmd_jax.pmd import pmd_step
 from pmd_jax.train import TrainConfig
@@ -174,9 +174,7 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params, un
     def with_learned_critic(params, mdp, key):
         Q_star, loss0 = normaliser(mdp)
 
-        def crit(k, pi_hat, Q, stream):
-            packet = learned.balanced_transitions(k, mdp, pi_hat, cfg.samples_per_pair)
-            return CriticStep(critic.q_values(critic_params, Q, packet), jnp.zeros((S, A), jnp.int32), stream)
+        crit = learned_balanced_critic(critic, critic_params, mdp, cfg.samples_per_pair)
 
         act = lambda pi, Q, eta: actor.policy(params, pi, Q, eta)  # noqa: E731
         return _losses(mdp, closed_loop(key, mdp, act, crit, pi0, Q0, 0, cfg.eta, cfg.rounds).policies, Q_star, loss0)
