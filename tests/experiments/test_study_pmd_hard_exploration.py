@@ -73,30 +73,21 @@ def test_checks_on_synthetic_records():
     assert set(easy) == {c.name for c in he.STUDY.claims} and "PASS" not in easy.values(), easy
 
 
-def test_controls_fail_their_claims_on_real_loops():
-    """The loop on 12 MDPs of each set, 20 rounds: the dense family's carry-Q difference and a second dense draw
-    against the first do not pass the claims they control."""
-    cfg = he.HardExplorationConfig(n_mdps=12)
-    items = he.mdp_items(cfg)
-    out = jax.jit(jax.vmap(cov.runner_on_raw_keys(cfg.coverage(), he.ARMS)))(items)
-    n = cfg.n_mdps
-    records = {name: {k: np.asarray(v, np.float64)[i * n:(i + 1) * n] for k, v in out.items()}
-               for i, name in enumerate(he.SETS)}
-    found = he.judge(records)
-    assert all(c.control.verdict != "PASS" and c.control.n == n for c in found), [c.control for c in found]
-
-
-def test_tiny_run_writes_every_output(tmp_path):
-    cfg = he.HardExplorationConfig(n_mdps=4, rounds=3, chunk_size=1, n_bootstrap=100)
+def test_run_writes_every_output_and_the_controls_fail_their_claims(tmp_path):
+    """The study's program on 12 MDPs of each set, 20 rounds, through compute / summarize / write: complete outputs,
+    and the dense family's carry-Q difference and a second dense draw against the first do not pass the claims they
+    control."""
+    cfg = he.HardExplorationConfig(n_mdps=12, chunk_size=3, n_bootstrap=100)
     ctx = RunContext(study="pmd.hard_exploration", quick=True, out_dir=tmp_path, fingerprint={"test": 1})
     arrays = he.compute(cfg, ctx)
     summary = he.summarize(cfg, arrays)
     he.write(cfg, arrays, summary, tmp_path)
-    assert all(c.n == 4 for c in summary.checks)
+    assert all(c.n == 12 and c.control.n == 12 and c.control.verdict != "PASS" for c in summary.checks), \
+        [c.control for c in summary.checks]
     rows = (tmp_path / "losses.csv").read_text().splitlines()
-    assert len(rows) == 1 + 3 * 4 * len(he.ARMS)
+    assert len(rows) == 1 + 3 * 12 * len(he.ARMS)
     with np.load(tmp_path / "mdps.npz") as mdps:
-        assert mdps["P"].shape == (12, 4, 3, 4) and list(mdps["sets"][::4]) == list(he.SETS)
+        assert mdps["P"].shape == (36, 4, 3, 4) and list(mdps["sets"][::12]) == list(he.SETS)
     assert (tmp_path / "hard_exploration.png").stat().st_size > 10_000
     json.dumps(summary.metrics)  # every metric a plain number
 
