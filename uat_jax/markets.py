@@ -55,7 +55,7 @@ from uat_jax import cells
 from uat_jax.config import ModelConfig, variant_index
 from uat_jax.feedback import CORRUPTIONS, FeedbackChannel, FeedbackNoise, corrupt
 from uat_jax.markets_data import INDICATORS, Market
-from uat_jax.model import DecisionTransformer, init_cache, init_params, parallel_logits, regime_gate_norms
+from uat_jax.model import DecisionTransformer, init_cache, init_params, parallel_logits, regime_gates
 from uat_jax.train import CellKeys, check_optimizer_fields, make_optimizer, task_model
 
 TRADING_DAYS = 252
@@ -258,11 +258,11 @@ def fed_pairs(traj: Rollout) -> tuple[jax.Array, jax.Array]:
 class MarketsResult:
     params: dict
     loss: jax.Array  # [epochs] training L_KL
-    eval: dict  # per test window [W]: "return", "kl", "gate_norm"
+    eval: dict  # per test window [W]: "return", "kl", "gate_norm", "gate_pre"
 
 
 def make_evaluate(cfg: MarketsTrainConfig):
-    """``evaluate(params, key, task, data) -> {"return", "kl", "gate_norm": [W]}`` on every test
+    """``evaluate(params, key, task, data) -> {"return", "kl", "gate_norm", "gate_pre": [W]}`` on every test
     window of ``data_arrays`` ``data`` (module docstring), ``cfg.eval_batch`` windows at a time."""
     T, tau = cfg.model.horizon, cfg.expert_temperature
 
@@ -275,8 +275,8 @@ def make_evaluate(cfg: MarketsTrainConfig):
             obs, returns, mask = gather_window(data["test"], market, start, T)
             traj = rollout(model, params, obs, returns, mask, task.channel, k)
             kl = kl_to_expert(expert_allocation(returns, mask[None], tau), traj.log_w, mask[None])
-            gate = regime_gate_norms(model, params, obs, *fed_pairs(traj))
-            return {"return": traj.returns[-1], "kl": kl.mean(), "gate_norm": gate[-1]}
+            gate, gate_pre = regime_gates(model, params, obs, *fed_pairs(traj))
+            return {"return": traj.returns[-1], "kl": kl.mean(), "gate_norm": gate[-1], "gate_pre": gate_pre[-1]}
 
         keys = jax.random.split(key, n)
         return jax.lax.map(one, (data["test_market"], data["test_start"], keys), batch_size=cfg.eval_batch)
@@ -326,7 +326,7 @@ def make_train(cfg: MarketsTrainConfig):
 
 
 def make_cell(cfg: MarketsTrainConfig, keep_params: bool = False):
-    """``cell(item, data) -> {"return", "kl", "gate_norm": [W], "loss": [epochs]}``: train ``cfg``
+    """``cell(item, data) -> {"return", "kl", "gate_norm", "gate_pre": [W], "loss": [epochs]}``: train ``cfg``
     from ``item["key"]`` (raw key data) on ``item["task"]``, then evaluate (the sweep form of
     ``uat_jax.cells.make_cell``); ``keep_params`` adds the trained ``"params"``."""
     train = make_train(cfg)

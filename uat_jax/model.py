@@ -207,16 +207,25 @@ def sequence_logits(model: DecisionTransformer, params, obs: jax.Array, actions:
     return parallel_logits(model, params, obs, *shift(actions, rewards), dropout_key)
 
 
-def regime_gate_norms(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,
-                      prev_reward: jax.Array) -> jax.Array:
-    """||rho_t||_2 [T] over heads and head dimensions of the regime gate in the parallel pass over
-    one episode with the fed (already shifted) pairs as given (Figure 3 right); zeros for a model
-    without the Q-pathway regime gate (a traced union run as such a member gives zeros itself)."""
+def regime_gates(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,
+                 prev_reward: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(||rho_t||_2, ||W ubar_t||_2)``, each [T] over heads and head dimensions: the regime gate and its
+    pre-activation (the gate before its tanh, which keeps varying where the tanh saturates, every |rho| near 1:
+    docs/uat.md, "The regime gate saturates") in the parallel pass over one episode with the fed (already
+    shifted) pairs as given (Figure 3 right); zeros for a model without the Q-pathway regime gate (a traced
+    union run as such a member gives zeros itself)."""
     if not (model.cfg.has_utility and model.cfg.modulate_q):
-        return jnp.zeros(obs.shape[0])
+        return jnp.zeros(obs.shape[0]), jnp.zeros(obs.shape[0])
     _, state = model.apply(params, obs, prev_action, prev_reward, init_cache(model.cfg), mutable=["intermediates"])
     (rho,) = state["intermediates"]["regime_gate"]
-    return jnp.sqrt(jnp.sum(rho**2, axis=(-2, -1)))
+    (pre,) = state["intermediates"]["regime_readout"]["pre_activation"]
+    return jnp.sqrt(jnp.sum(rho**2, axis=(-2, -1))), jnp.sqrt(jnp.sum(pre**2, axis=(-2, -1)))
+
+
+def regime_gate_norms(model: DecisionTransformer, params, obs: jax.Array, prev_action: jax.Array,
+                      prev_reward: jax.Array) -> jax.Array:
+    """||rho_t||_2 [T] of :func:`regime_gates`."""
+    return regime_gates(model, params, obs, prev_action, prev_reward)[0]
 
 
 # The parameters whose static initialisation in a member differs from the union's: Flax numbers the random

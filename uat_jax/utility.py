@@ -84,7 +84,8 @@ class UtilityEncoder(nn.Module):
 
 
 class GateReadout(nn.Module):
-    """tanh(W u) per head: [n, d_u] -> [n, H, d_m]; W is bias-free and starts at 0."""
+    """tanh(W u) per head: [n, d_u] -> [n, H, d_m]; W is bias-free and starts at 0. The pre-activation W u
+    is sown as ``intermediates/pre_activation`` (read by ``model.regime_gates``)."""
 
     n_heads: int
     d_head: int
@@ -92,7 +93,9 @@ class GateReadout(nn.Module):
     @nn.compact
     def __call__(self, u: jax.Array) -> jax.Array:
         w = self.param("W", nn.initializers.zeros, (self.n_heads, self.d_head, u.shape[-1]))
-        return jnp.tanh(jnp.einsum("nk,hmk->nhm", u, w))
+        pre = jnp.einsum("nk,hmk->nhm", u, w)
+        self.sow("intermediates", "pre_activation", pre)
+        return jnp.tanh(pre)
 
 
 def regime_state(u: jax.Array, ubar_prev: jax.Array, decay: float) -> jax.Array:

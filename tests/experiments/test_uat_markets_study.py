@@ -49,13 +49,20 @@ def test_config_rejects_bad_values(field, value, message):
 KL_NOISE = np.array([0.0, 0.01, -0.01, 0.005])  # per seed, shared by every model (paired by seed)
 
 
-def _arrays(cfg, returns: dict, kl: dict, gate=None):
+# UAT's gate before its tanh per window, in the paper's order of the windows' post-hoc regimes (posthoc labels
+# below: bull, bear, shock, chop, bull, bull, none): shock 10 > bear 8 > bull 5 > chop 1.
+PAPER_ORDER_GATE = np.array([5.0, 8.0, 10.0, 1.0, 5.0, 5.0, 3.0])
+
+
+def _arrays(cfg, returns: dict, kl: dict, gate=None, gate_pre=PAPER_ORDER_GATE):
     """Planted arrays: two markets of 4 and 3 test windows; ``returns[model]`` [seeds, 7] and
-    ``kl[model]`` (a constant plus KL_NOISE per seed) per model; UAT's gate norm ``gate`` [7] on every seed."""
+    ``kl[model]`` (a constant plus KL_NOISE per seed) per model; UAT's gate norm ``gate`` [7] and its
+    pre-activation ``gate_pre`` [7] on every seed."""
     market = np.array([0, 0, 0, 0, 1, 1, 1])
     windows = {m: {"return": np.asarray(returns[m], np.float64),
                    "kl": np.tile((kl[m] + KL_NOISE[:cfg.seeds])[:, None], (1, 7)),
-                   "gate_norm": np.tile(np.zeros(7) if gate is None else gate, (cfg.seeds, 1))}
+                   "gate_norm": np.tile(np.zeros(7) if gate is None else gate, (cfg.seeds, 1)),
+                   "gate_pre": np.tile(gate_pre, (cfg.seeds, 1))}
                for m in cfg.runs}
     return {"windows": windows, "market": market, "posthoc": np.array([0, 1, 2, 3, 0, 0, -1]),
             "truth": np.array([0, 0, 1, 1, 2, 2, 3]), "equal_weight": np.linspace(-0.01, 0.02, 7),
@@ -102,19 +109,24 @@ def test_summary_and_checks():
     assert m["gate_norm_uat_posthoc_bull"] == pytest.approx((1 + 3 + 1) / 3)
     assert m["gate_norm_uat_posthoc_chop"] == pytest.approx(4.0)
     assert m["gate_norm_uat_truth_chop"] == pytest.approx(9.0)
+    assert m["gate_pre_uat_posthoc_shock"] == pytest.approx(10.0) and m["gate_pre_uat_posthoc_bull"] == pytest.approx(5.0)
+    assert found["gate_follows_paper_regime_order"].value == pytest.approx(1.0)
     np.testing.assert_allclose(m["sharpe_equal_weight_BBB"], _sharpe(np.linspace(-0.01, 0.02, 7)[4:]))
     np.testing.assert_allclose(m["sharpe_constant_AAA"], _sharpe(np.linspace(0.02, -0.01, 7)[:4]))
     assert m["kl_constant"] == pytest.approx(0.7)
     assert s.tables["table"]["market"] == ["AAA", "BBB"] * 4
     # UAT no better than VT, and as far ahead with zero returns fed
+    # the gate in the reverse order (chop largest, as the quick runs found it)
     bad = study.summarize(cfg, _arrays(cfg, _returns(4, 0.0, 0.002, 0.0),
-                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5, study.NULL_VT: 0.8}))
+                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5, study.NULL_VT: 0.8},
+                                       gate_pre=11.0 - PAPER_ORDER_GATE))
     assert not any(c.passed for c in bad.checks)
-    # without the null arms the controls run in the tests only
+    assert {c.name: c.value for c in bad.checks}["gate_follows_paper_regime_order"] == pytest.approx(-1.0)
+    # without the null arms the controls of the lead checks run in the tests only
     no_null = dataclasses.replace(cfg, null_rewards=False)
     found = study.summarize(no_null, _arrays(no_null, returns, {"uat": 0.5, "vt": 0.8})).checks
-    assert [c.name for c in found] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl"]
-    assert {c.control.verdict for c in found} == {"not run here"}
+    assert [c.name for c in found] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl", "gate_follows_paper_regime_order"]
+    assert {c.control.verdict for c in found[:2]} == {"not run here"}
 
 
 def test_controls_fail_their_claims():
@@ -124,9 +136,24 @@ def test_controls_fail_their_claims():
     cfg = dataclasses.replace(study.QUICK, seeds=4)
     kl = {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8}
     found = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.0), kl)).checks
-    assert [c.verdict for c in found] == ["PASS"] * 3 and [c.control.verdict for c in found] == ["FAIL"] * 3
+    assert [c.verdict for c in found] == ["PASS"] * 4 and [c.control.verdict for c in found[:3]] == ["FAIL"] * 3
+    assert found[3].control.verdict != "PASS"  # the gate's order under permuted regime labels
     as_uat = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.003), {**kl, study.NULL: 0.5})).checks
-    assert [c.verdict for c in as_uat] == ["NO POWER", "NO POWER", "FAIL"]
+    assert [c.verdict for c in as_uat[:3]] == ["NO POWER", "NO POWER", "FAIL"]
+
+
+def test_regime_order_correlation_against_scipy():
+    """Per seed, the Spearman correlation of the gate's mean per regime with the paper's order, against
+    scipy's; a regime without a window is left out."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(-1, 3, 60)  # no chop window, some unlabelled
+    gate = rng.normal(size=(5, 60))
+    present = ["shock", "bear", "bull"]  # the paper's order, chop absent
+    means = np.stack([gate[:, labels == markets_data.REGIMES.index(r)].mean(1) for r in present], 1)
+    want = [stats.spearmanr(row, [3, 2, 1]).statistic for row in means]
+    np.testing.assert_allclose(study.regime_order_correlation(gate, labels), want, rtol=1e-12)
 
 
 def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
@@ -136,8 +163,7 @@ def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
     assert cli.main(["run", "uat.markets", "--quick", *TINY, "--out", str(out)]) in (0, 1)
     folder = out / "uat.markets"
     result = json.loads((folder / "result.json").read_text())
-    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl",
-                                                     "uat_gain_needs_feedback"]
+    assert [c["name"] for c in result["checks"]] == [c.name for c in study.CLAIMS]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     rows = _csv(folder / "markets.csv")
     assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", study.NULL, study.NULL_VT)

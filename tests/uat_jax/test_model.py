@@ -13,7 +13,7 @@ from uat_jax.attention import FeedbackAttention, empty_kv
 from uat_jax.config import ABLATIONS, KINDS, ablation
 from uat_jax.feedback import shift
 from uat_jax.gtrxl import GRUGate
-from uat_jax.model import DecisionTransformer, init_cache, regime_gate_norms, returns_to_go, sequence_logits
+from uat_jax.model import DecisionTransformer, init_cache, regime_gate_norms, regime_gates, returns_to_go, sequence_logits
 from uat_jax.theory import backbone_params, zero_gates
 from uat_jax.utility import GateReadout, UtilityEncoder, regime_state
 
@@ -315,12 +315,17 @@ def test_regime_gate_norms_match_the_encoder_ema_and_readout_by_hand():
     norms = np.asarray(regime_gate_norms(model, params, obs, prev_a, prev_r))
     p = params["params"]
     u = np.asarray(UtilityEncoder(model.cfg).apply({"params": p["utility_encoder"]}, prev_a, prev_r))
-    lam, ubar, want = model.cfg.ema_decay, np.zeros(model.cfg.d_u), []
+    lam, ubar, want, want_pre = model.cfg.ema_decay, np.zeros(model.cfg.d_u), [], []
     w = np.asarray(p["regime_readout"]["W"])
     for t in range(T):
         ubar = lam * ubar + (1 - lam) * u[t]
         want.append(np.sqrt(np.sum(np.tanh(np.einsum("hmk,k->hm", w, ubar)) ** 2)))
+        want_pre.append(np.sqrt(np.sum(np.einsum("hmk,k->hm", w, ubar) ** 2)))
     np.testing.assert_allclose(norms, want, rtol=1e-5)
     assert norms.shape == (T,) and np.all(norms > 0)
+    gate, pre = regime_gates(model, params, obs, prev_a, prev_r)
+    np.testing.assert_array_equal(gate, norms)
+    np.testing.assert_allclose(pre, want_pre, rtol=1e-5)
+    assert np.all(np.asarray(pre) > np.asarray(gate))  # |tanh x| < |x|
     vt, vt_params, _ = model_and_params("vt")
     np.testing.assert_array_equal(regime_gate_norms(vt, vt_params, obs, prev_a, prev_r), np.zeros(T))
