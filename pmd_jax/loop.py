@@ -136,9 +136,14 @@ def grouped_decoder_critic(params, layout: decoder.Layout, mdp: FiniteMDP, arms:
     return critic
 
 
+def routing_residual(pi_hat, pi, Q, eta):
+    """``zeta = max_s ||pi_hat(.|s) - PMD_eta(pi, Q)(.|s)||_1``: an actor call's residual against the exact PMD step."""
+    return jnp.max(jnp.sum(jnp.abs(pi_hat - pmd_step(pi, Q, eta)), axis=-1))
+
+
 def _residuals(mdp: FiniteMDP, eta, pi, Q, pi_hat, Q_next):
     """``zeta_k`` (against the exact PMD step), ``delta_k`` (against ``F^{pi_hat} Q_k``) and ``Dbar_k``."""
-    zeta = jnp.max(jnp.sum(jnp.abs(pi_hat - pmd_step(pi, Q, eta)), axis=-1))
+    zeta = routing_residual(pi_hat, pi, Q, eta)
     dbar = greedy_defect(mdp, pi, Q)
     delta = jnp.max(jnp.abs(Q_next - bellman_operator(mdp, pi_hat, Q)))
     return zeta, delta, dbar

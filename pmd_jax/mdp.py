@@ -131,6 +131,19 @@ def uniform_policy(num_states: int, num_actions: int, dtype=jnp.float32) -> jax.
     return jnp.full((num_states, num_actions), 1.0 / num_actions, dtype=dtype)
 
 
+def policy_loss(mdp: FiniteMDP, Q_star: jax.Array, pi: jax.Array) -> jax.Array:
+    """The returned-policy loss ``||Q* - Q^pi||_inf`` (paper section 6)."""
+    return jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi)))
+
+
+def loss_normaliser(mdp: FiniteMDP) -> tuple[jax.Array, jax.Array]:
+    """``(Q*, ||Q* - Q^{pi_0}||_inf)`` with ``pi_0`` uniform: the normalised loss of ``pi`` is
+    ``policy_loss(mdp, Q*, pi)`` over the second (0 optimal, 1 no better than the uniform start; section 6).
+    ``Q*`` to ``tol = 1e-6`` (:func:`optimal_q`)."""
+    Q_star = optimal_q(mdp, tol=1e-6)
+    return Q_star, policy_loss(mdp, Q_star, uniform_policy(mdp.num_states, mdp.num_actions, mdp.R.dtype))
+
+
 @struct.dataclass
 class RandomMDPFamily:
     """Dense random MDPs: ``P(.|s,a) ~ Dirichlet(concentration * 1)``, ``R ~ U[-r_max, r_max]``.

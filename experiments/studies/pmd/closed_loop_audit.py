@@ -87,9 +87,8 @@ from experiments.seeds import JUDGED, check_stream
 from experiments.studies.pmd import training
 from pmd_jax import tasks
 from pmd_jax.bound import returned_policy_bound
-from pmd_jax.loop import closed_loop, learned_balanced_critic
-from pmd_jax.mdp import bellman_operator, optimal_q, policy_evaluation, uniform_policy
-from pmd_jax.pmd import pmd_step
+from pmd_jax.loop import closed_loop, learned_balanced_critic, routing_residual
+from pmd_jax.mdp import bellman_operator, loss_normaliser, policy_loss, uniform_policy
 from pmd_jax.train import TrainConfig, critic_example
 from pmd_jax.transformer import ModelConfig
 
@@ -200,11 +199,6 @@ def offline_keys(cfg: ClosedLoopAuditConfig) -> dict[str, jax.Array]:
     return {role: jnp.stack(v) for role, v in out.items()}
 
 
-def row_error(pi_new, pi, Q, eta):
-    """``max_s ||pi_new(.|s) - PMD_eta(pi, Q)(.|s)||_1``: the actor residual ``zeta`` of one call."""
-    return jnp.max(jnp.sum(jnp.abs(pi_new - pmd_step(pi, Q, eta)), axis=-1))
-
-
 def evaluate(cfg: ClosedLoopAuditConfig, actor_params, critic_params, ctx: RunContext | None = None) -> dict:
     """The loop's and the offline audit's records, as one jitted program (numpy, float64; its compile time is
     recorded on ``ctx``).
@@ -226,9 +220,8 @@ def evaluate(cfg: ClosedLoopAuditConfig, actor_params, critic_params, ctx: RunCo
 
         act = lambda pi, Q, eta: actor.policy(params, pi, Q, eta)  # noqa: E731
         trace = closed_loop(key, mdp, act, crit, pi0, Q0, 0, cfg.eta, cfg.rounds)
-        Q_star = optimal_q(mdp, tol=1e-6)
-        loss0 = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
-        loss_abs = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, trace.policy)))
+        Q_star, loss0 = loss_normaliser(mdp)
+        loss_abs = policy_loss(mdp, Q_star, trace.policy)
         b = returned_policy_bound(trace.zeta, trace.delta, trace.dbar, jnp.full(cfg.rounds, cfg.eta),
                                   cfg.actor.gamma, cfg.q_bound, jnp.max(jnp.abs(Q_star - Q0)))
         return {"zeta": trace.zeta, "delta": trace.delta, "dbar": trace.dbar, "policies": trace.policies,
@@ -236,7 +229,7 @@ def evaluate(cfg: ClosedLoopAuditConfig, actor_params, critic_params, ctx: RunCo
 
     def actor_offline(params, key, mdp):
         x = tasks.sample_actor_inputs(key, mdp, "any", cfg.eta)
-        return row_error(actor.policy(params, x.pi, x.Q, x.eta), x.pi, x.Q, x.eta)
+        return routing_residual(actor.policy(params, x.pi, x.Q, x.eta), x.pi, x.Q, x.eta)
 
     def critic_offline(key, mdp):
         Q, pi, packet, _ = critic_example(cfg.critic, key, mdp)

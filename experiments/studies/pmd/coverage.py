@@ -84,7 +84,7 @@ from pmd_jax import decoder
 from pmd_jax.bound import critic_error_bound, critic_leak_bounds, returned_policy_bound, routing_error_bound, sampling_error
 from pmd_jax.loop import closed_loop, grouped_decoder_critic
 from pmd_jax.loop import packet_slots as loop_packet_slots
-from pmd_jax.mdp import FiniteMDP, RandomMDPFamily, optimal_q, policy_evaluation, uniform_policy
+from pmd_jax.mdp import FiniteMDP, RandomMDPFamily, loss_normaliser, policy_loss, uniform_policy
 from pmd_jax.sampling import ARM_NAMES, Arm
 
 PAPER = {
@@ -248,8 +248,7 @@ def make_mdp_runner(cfg: CoverageConfig, arms: tuple[tuple[Arm, int], ...] = ARM
         eta, explore_eps = item["eta"], item["explore_eps"]
         mdp = FiniteMDP(P=item["P"], R=item["R"], gamma=jnp.asarray(cfg.gamma, item["R"].dtype))
         pi0, Q0 = uniform_policy(S, A), jnp.zeros((S, A))
-        Q_star = optimal_q(mdp, tol=1e-6)
-        loss0 = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
+        Q_star, loss0 = loss_normaliser(mdp)
         k_loop, k_start = jax.random.split(item["key"])
         start = jax.random.randint(k_start, (), 0, S)
 
@@ -268,7 +267,7 @@ def make_mdp_runner(cfg: CoverageConfig, arms: tuple[tuple[Arm, int], ...] = ARM
                              jnp.full(K, start), eta, cfg.rounds, runs=True)
 
         def records(trace, m):
-            loss = jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, trace.policy)))
+            loss = policy_loss(mdp, Q_star, trace.policy)
             b = returned_policy_bound(trace.zeta, trace.delta, trace.dbar, jnp.full(cfg.rounds, eta),
                                       cfg.gamma, cfg.q_bound, jnp.max(jnp.abs(Q_star)))
             return {

@@ -70,7 +70,7 @@ from experiments.seeds import JUDGED, check_stream, seed_keys
 from experiments.studies.pmd import training
 from pmd_jax import tasks
 from pmd_jax.loop import closed_loop, exact_critic, learned_balanced_critic
-from pmd_jax.mdp import optimal_q, policy_evaluation, uniform_policy
+from pmd_jax.mdp import loss_normaliser, policy_loss, uniform_policy
 from pmd_jax.pmd import pmd_step
 from pmd_jax.train import TrainConfig
 from pmd_jax.transformer import ModelConfig
@@ -146,7 +146,7 @@ FULL = RepeatedControlConfig()
 
 
 def _losses(mdp, policies, Q_star, loss0):
-    return jax.vmap(lambda pi: jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi))))(policies) / loss0
+    return jax.vmap(lambda pi: policy_loss(mdp, Q_star, pi))(policies) / loss0
 
 
 def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params, untrained_params) -> dict:
@@ -159,12 +159,8 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params, un
     keys = jax.random.split(jax.random.key(cfg.loop_seed), cfg.n_mdps)
     pi0, Q0 = uniform_policy(S, A), jnp.zeros((S, A))
 
-    def normaliser(mdp):
-        Q_star = optimal_q(mdp, tol=1e-6)
-        return Q_star, jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi0)))
-
     def one_mdp(params, params0, eta_ref, mdp, key):
-        Q_star, loss0 = normaliser(mdp)
+        Q_star, loss0 = loss_normaliser(mdp)
         exact = exact_critic(mdp)
         run = lambda act, crit, eta: _losses(  # noqa: E731
             mdp, closed_loop(key, mdp, act, crit, pi0, Q0, 0, eta, cfg.rounds).policies, Q_star, loss0)
@@ -172,7 +168,7 @@ def control(cfg: RepeatedControlConfig, actor_params, eta_hat, critic_params, un
         return (*played, run(pmd_step, exact, eta_ref))
 
     def with_learned_critic(params, mdp, key):
-        Q_star, loss0 = normaliser(mdp)
+        Q_star, loss0 = loss_normaliser(mdp)
 
         crit = learned_balanced_critic(critic, critic_params, mdp, cfg.samples_per_pair)
 

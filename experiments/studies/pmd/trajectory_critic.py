@@ -109,7 +109,7 @@ from experiments.seeds import JUDGED, check_stream
 from experiments.studies.pmd import training
 from pmd_jax import decoder, tasks
 from pmd_jax.loop import CriticStep, closed_loop, decoder_critic, exact_critic
-from pmd_jax.mdp import FiniteMDP, bellman_operator, optimal_q, policy_evaluation, uniform_policy
+from pmd_jax.mdp import FiniteMDP, bellman_operator, loss_normaliser, policy_loss, uniform_policy
 from pmd_jax.pmd import pmd_step
 from pmd_jax.sampling import Arm, sample_packet
 from pmd_jax.train import TrainConfig
@@ -261,15 +261,9 @@ def make_mdp_runner(cfg: TrajectoryCriticConfig):
     return run
 
 
-def normaliser(mdp: FiniteMDP):
-    """``(Q*, ||Q* - Q^{pi_0}||_inf)`` of one MDP, ``pi_0`` uniform."""
-    Q_star = optimal_q(mdp, tol=1e-6)
-    return Q_star, jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, uniform_policy(mdp.num_states, mdp.num_actions))))
-
-
 def trace_records(mdp: FiniteMDP, trace, Q0, Q_star, loss0) -> dict:
     """Per-round records ``[T]`` of one arm's trace (module docstring)."""
-    loss = jax.vmap(lambda pi: jnp.max(jnp.abs(Q_star - policy_evaluation(mdp, pi))))(trace.policies) / loss0
+    loss = jax.vmap(lambda pi: policy_loss(mdp, Q_star, pi))(trace.policies) / loss0
     Q_prev = jnp.concatenate([Q0[None], trace.values[:-1]])
     target = jax.vmap(lambda pi, q: bellman_operator(mdp, pi, q))(trace.policies, Q_prev)
     err = jnp.abs(trace.values - target)
@@ -297,7 +291,7 @@ def loops(cfg: TrajectoryCriticConfig, params, ctx: RunContext | None = None) ->
     def program(params, mdps, keys):
         def one(mdp, key):
             learned, construction = run(params, mdp, key)
-            Q_star, loss0 = normaliser(mdp)
+            Q_star, loss0 = loss_normaliser(mdp)
             rec = lambda tr: trace_records(mdp, tr, Q0, Q_star, loss0)  # noqa: E731
             return jax.vmap(jax.vmap(rec))(learned), jax.vmap(rec)(construction)
 
