@@ -21,6 +21,7 @@ from experiments.studies.pmd import learned_critic as lc
 from experiments.studies.pmd import training
 from experiments.studies.pmd import trajectory_critic as tc
 from pmd_jax import learned, tasks
+from pmd_jax.mdp import loss_normaliser
 from pmd_jax.sampling import Arm
 from pmd_jax.transformer import ModelConfig
 
@@ -211,7 +212,7 @@ def test_arms_wiring_recomputed_from_the_packets():
     assert not np.allclose(L["balanced_redraw"].values[0], L["balanced"].values[0])
 
     # trace_records' error split, recomputed with numpy from the stream trace
-    Q_star, loss0 = tc.normaliser(mdp)
+    Q_star, loss0 = loss_normaliser(mdp)
     rec = tc.trace_records(mdp, jax.tree.map(lambda x: x[0, tc.ARMS.index("stream")], learned_tr), jnp.zeros((S, A)),
                            Q_star, loss0)
     T = L["stream"]
