@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from uat_jax import domains
+from uat_jax import domains, theory
 from uat_jax.config import ModelConfig, ablation
 from uat_jax.feedback import shift
 from uat_jax.model import regime_gate_norms
@@ -75,6 +75,16 @@ class Size:
                             ema_decay=self.ema_decay, d_u=self.d_u, dropout=self.dropout,
                             traced_variant=traced_variant)
         return model if variant is None else ablation(model, variant)
+
+    def matched(self, kind: str = "vt", to: str = "uat", domain: str = "darkroom") -> Size:
+        """This size with the smallest feed-forward width ``d_ff`` at which model ``kind`` has at least as
+        many parameters as model ``to`` has at this size: a capacity-matched baseline (UAT has about 1.5x
+        Vanilla-TF's parameters, Appendix D.3). A model's parameters are affine in ``d_ff`` (each layer's
+        feed-forward block holds ``(2 d_model + 1) d_ff + d_model``), so the width is solved, not searched."""
+        count = lambda size, k: theory.param_count(size.model_config(k, domain=domain))  # noqa: E731
+        target, base = count(self, to), count(self, kind)
+        per_unit = count(dataclasses.replace(self, d_ff=self.d_ff + 1), kind) - base
+        return dataclasses.replace(self, d_ff=self.d_ff + max(0, -(-(target - base) // per_unit)))
 
     def train_config(self, kind: str = "uat", variant: str | None = None,
                      traced_variant: bool = False, domain: str = "darkroom") -> TrainConfig:

@@ -143,38 +143,47 @@ def make_evaluate(cfg: RecsysTrainConfig):
     return evaluate
 
 
+def fit(cfg: RecsysTrainConfig, params, keys: CellKeys, n_users: int, loss_fn):
+    """The Domain D training loop of every model (UAT and its baselines, SASRec, BERT4Rec): one AdamW
+    step per epoch (``train.make_optimizer``) on B of the ``n_users`` training windows, drawn without
+    replacement, all epochs' draws made before the loop from ``keys.run``; epoch ``i`` calls
+    ``loss_fn(params, rows [B], key) -> (loss, aux)`` with ``key = fold_in(keys.epochs, i)``.
+    Returns ``(params, loss [epochs], aux [epochs])`` (pure, jittable: a ``lax.scan`` over epochs)."""
+    if cfg.batch_size > n_users:
+        raise ValueError(f"batch_size ({cfg.batch_size}) exceeds the {n_users} training windows")
+    optimizer = make_optimizer(cfg)
+    batches = jax.vmap(lambda k: jax.random.choice(k, n_users, (cfg.batch_size,), replace=False))(
+        jax.random.split(keys.run, cfg.epochs))
+
+    def epoch(state, xs):
+        i, rows = xs
+        params, opt_state = state
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rows, jax.random.fold_in(keys.epochs, i))
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), (loss, aux)
+
+    (params, _), (loss, aux) = jax.lax.scan(epoch, (params, optimizer.init(params)), (jnp.arange(cfg.epochs), batches))
+    return params, loss, aux
+
+
 def make_train(cfg: RecsysTrainConfig):
     """``train(key, task, data) -> RecsysResult`` on ``data_arrays`` ``data`` (pure, jittable)."""
-    optimizer, evaluate = make_optimizer(cfg), make_evaluate(cfg)
+    evaluate = make_evaluate(cfg)
 
     def train(key, task: RecsysTask, data: dict) -> RecsysResult:
         model = task_model(cfg.model, task)
         windows = data["train"]
-        n_users = windows["items"].shape[0]
-        if cfg.batch_size > n_users:
-            raise ValueError(f"batch_size ({cfg.batch_size}) exceeds the {n_users} training windows")
         keys = CellKeys.of(key)  # run: the epochs' batch draws (a cell's run of the data)
-        batches = jax.vmap(lambda k: jax.random.choice(k, n_users, (cfg.batch_size,), replace=False))(
-            jax.random.split(keys.run, cfg.epochs))
 
-        def loss_fn(params, batch, k_drop):
+        def loss_fn(params, rows, key):
+            k_feedback, k_drop = jax.random.split(key)
+            items, targets = windows["items"][rows], windows["targets"][rows]
+            actions, rewards = feedback(k_feedback, items, windows["rewards"][rows], task)
             logits = jax.vmap(lambda i, a, r, k: window_logits(model, params, i, a, r, k))(
-                batch["items"], batch["actions"], batch["rewards"], jax.random.split(k_drop, cfg.batch_size))
-            return cross_entropy(logits, batch["targets"]), jnp.mean(logits.argmax(-1) == batch["targets"])
+                items, actions, rewards, jax.random.split(k_drop, cfg.batch_size))
+            return cross_entropy(logits, targets), jnp.mean(logits.argmax(-1) == targets)
 
-        def epoch(state, xs):
-            i, rows = xs
-            k_feedback, k_drop = jax.random.split(jax.random.fold_in(keys.epochs, i))
-            batch = {name: windows[name][rows] for name in ("items", "targets")}
-            batch["actions"], batch["rewards"] = feedback(k_feedback, batch["items"], windows["rewards"][rows], task)
-            params, opt_state = state
-            (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, k_drop)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (loss, acc)
-
-        params = init_params(model, keys.init)
-        (params, _), (loss, acc) = jax.lax.scan(epoch, (params, optimizer.init(params)),
-                                                (jnp.arange(cfg.epochs), batches))
+        params, loss, acc = fit(cfg, init_params(model, keys.init), keys, windows["items"].shape[0], loss_fn)
         return RecsysResult(params=params, loss=loss, train_accuracy=acc,
                             eval=evaluate(params, keys.eval, task, data["test"]))
 

@@ -33,13 +33,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from uat_jax import recsys_data
 from uat_jax.config import ModelConfig
 from uat_jax.model import Block, init_cache
-from uat_jax.recsys import RecsysTrainConfig
-from uat_jax.train import CellKeys, make_optimizer
+from uat_jax.recsys import RecsysTrainConfig, fit
+from uat_jax.train import CellKeys
 
 
 class SASRec(nn.Module):
@@ -102,36 +101,23 @@ def make_cell(cfg: RecsysTrainConfig):
     """``cell(item, data) -> {"hr@K", "ndcg@K": [], "loss": [epochs]}``: SASRec trained from
     ``item["key"]`` (raw key data; the keys split as ``train.CellKeys``) on ``recsys.data_arrays``
     ``data`` (its ``train`` windows with ``next_items``), then ranked (pure, jittable)."""
-    model = SASRec(cfg.model)
-    optimizer = make_optimizer(cfg)  # SASRec has no utility parameters: every one at cfg.lr
+    model = SASRec(cfg.model)  # no utility parameters: recsys.fit trains every one at cfg.lr
     evaluate = make_evaluate(cfg)
     n_items = cfg.model.n_actions
 
     def cell(item: dict, data: dict) -> dict:
         keys = CellKeys.of(jax.random.wrap_key_data(item["key"]))
         windows = data["train"]
-        n_users = windows["items"].shape[0]
-        if cfg.batch_size > n_users:
-            raise ValueError(f"batch_size ({cfg.batch_size}) exceeds the {n_users} training windows")
-        batches = jax.vmap(lambda k: jax.random.choice(k, n_users, (cfg.batch_size,), replace=False))(
-            jax.random.split(keys.run, cfg.epochs))
 
-        def loss_fn(params, items, positives, key):
+        def loss_fn(params, rows, key):
             k_neg, k_drop = jax.random.split(key)
+            items, positives = windows["items"][rows], windows["next_items"][rows]
             features = jax.vmap(lambda i, k: model.apply(params, i, deterministic=False, rngs={"dropout": k}))(
                 items, jax.random.split(k_drop, items.shape[0]))
-            return bce_loss(features, item_table(params), positives, draw_negatives(k_neg, positives, n_items))
+            return bce_loss(features, item_table(params), positives, draw_negatives(k_neg, positives, n_items)), ()
 
-        def epoch(state, xs):
-            i, rows = xs
-            params, opt_state = state
-            loss, grads = jax.value_and_grad(loss_fn)(params, windows["items"][rows], windows["next_items"][rows],
-                                                      jax.random.fold_in(keys.epochs, i))
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
-
-        params = model.init(keys.init, windows["items"][0])
-        (params, _), loss = jax.lax.scan(epoch, (params, optimizer.init(params)), (jnp.arange(cfg.epochs), batches))
+        params, loss, _ = fit(cfg, model.init(keys.init, windows["items"][0]), keys, windows["items"].shape[0],
+                              loss_fn)
         return {**evaluate(params, data["test"]), "loss": loss}
 
     return cell

@@ -65,6 +65,12 @@ def count(params) -> int:
     return int(sum(np.size(leaf) for leaf in jax.tree.leaves(params)))
 
 
+def param_count(cfg: ModelConfig) -> int:
+    """Parameters of the model ``cfg``: :func:`count` of its parameter shapes (nothing is allocated)."""
+    model = DecisionTransformer(cfg)
+    return count(jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0)))
+
+
 def overhead_formula(cfg: ModelConfig) -> dict[str, int]:
     """Appendix D.3: extra parameters of UAT over its Vanilla-TF backbone, by group.
 

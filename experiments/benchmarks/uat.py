@@ -56,13 +56,6 @@ def model_kind(row: str) -> str:
     return "vt" if row in TTA else row
 
 
-def param_count(cfg: TrainConfig) -> int:
-    """Parameters of the model ``cfg.model`` (``uat_jax.theory.count`` of its parameter shapes,
-    the counting of study ``uat.theory``)."""
-    model = DecisionTransformer(cfg.model)
-    return theory.count(jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0)))
-
-
 def _compiled(fn: Callable, *args: Any) -> tuple[Any, float]:
     """``jax.jit(fn)`` compiled for ``args``, and the seconds compiling took."""
     t0 = time.perf_counter()
@@ -153,7 +146,7 @@ def efficiency_table(size: cells.Size, epochs_k: int, repeats: int = 1, infer_re
     (the model whose training numbers the row reports: TENT and CoTTA train as Vanilla-TF, so
     their training columns are VT's).
 
-    ``params``: :func:`param_count` of the row's model (TENT / CoTTA: VT's). Training: the whole
+    ``params``: ``uat_jax.theory.param_count`` of the row's model (TENT / CoTTA: VT's). Training: the whole
     ``train.make_train`` program (each epoch a sampled rollout of B episodes, the parallel pass,
     its gradient and the AdamW step), ms per epoch from ``epochs_k`` epochs against 1, best of
     ``repeats``; inference: see ``_inference``, best of ``infer_repeats`` (its programs are short).
@@ -173,7 +166,7 @@ def efficiency_table(size: cells.Size, epochs_k: int, repeats: int = 1, infer_re
             trained[kind] = _training(cfg, epochs_k, repeats)
         infer = _inference(cfg, row, infer_repeats)
         train = trained[kind]
-        table[row] = {"params": float(param_count(cfg)), "train_ms_per_epoch": train["train_ms_per_epoch"],
+        table[row] = {"params": float(theory.param_count(cfg.model)), "train_ms_per_epoch": train["train_ms_per_epoch"],
                       "train_peak_mb": train["train_peak_mb"], "infer_ms_per_step": infer["infer_ms_per_step"],
                       "infer_peak_mb": infer["infer_peak_mb"], "train_as": kind,
                       "compile_s": infer["compile_s"] + (train["compile_s"] if kind == row else 0.0)}

@@ -8,6 +8,7 @@ import pytest
 
 from experiments import io
 from experiments.benchmarks import uat as bench_uat
+from uat_jax import theory
 from uat_jax.cells import Size
 from uat_jax.model import DecisionTransformer, init_params
 
@@ -26,15 +27,15 @@ def _vt_params_by_hand(size: Size, obs_dim: int = 10, n_actions: int = 5) -> int
 
 def test_param_counts_against_independent_counts():
     # The Table 3 size: ours 105,541 (study uat.theory's count; the paper's 109,828).
-    assert bench_uat.param_count(bench_uat.cells.TABLE3.train_config("vt")) == 105541
-    assert bench_uat.param_count(TINY.train_config("vt")) == _vt_params_by_hand(TINY)
+    assert theory.param_count(bench_uat.cells.TABLE3.model_config("vt")) == 105541
+    assert theory.param_count(TINY.model_config("vt")) == _vt_params_by_hand(TINY)
     kinds = sorted({bench_uat.model_kind(row) for row in bench_uat.ROWS})
     models = {k: DecisionTransformer(TINY.model_config(k)) for k in kinds}
     params = jax.jit(lambda key: {k: init_params(m, key) for k, m in models.items()})(jax.random.key(1))
     for row in bench_uat.ROWS:
         kind = bench_uat.model_kind(row)
         counted = sum(int(np.size(x)) for x in jax.tree.leaves(params[kind]))
-        assert bench_uat.param_count(TINY.train_config(kind)) == counted, row
+        assert theory.param_count(TINY.model_config(kind)) == counted, row
     assert [bench_uat.model_kind(r) for r in ("tent", "cotta", "uat")] == ["vt", "vt", "uat"]
     with pytest.raises(ValueError, match="row must be one of"):
         bench_uat.model_kind("rate")

@@ -27,7 +27,7 @@ def test_presets():
     assert study.FULL.size == study.markets.TABLE3 and study.FULL.seeds == 3 and study.FULL.lr == 2e-3
     assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL, study.NULL_VT)
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
-    assert study.QUICK.runs == ("uat", "vt", study.NULL, study.NULL_VT)
+    assert study.QUICK.runs == ("uat", "vt", "adt", study.NULL, study.NULL_VT)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -75,17 +75,20 @@ def _sharpe(r):
     return np.sqrt(252) * r.mean() / r.std(ddof=1)
 
 
-def _returns(seeds, uat, vt, null, null_vt=None):
-    """Daily returns [seeds, 7]: a shared random base per seed plus each model's constant offset."""
+def _returns(seeds, uat, vt, null, null_vt=None, adt=None):
+    """Daily returns [seeds, 7]: a shared random base per seed plus each model's constant offset (A-DT's and
+    VT-null's VT's unless given)."""
     base = 0.01 * np.random.default_rng(0).standard_normal((seeds, 7))
-    offsets = {"uat": uat, "vt": vt, study.NULL: null, study.NULL_VT: vt if null_vt is None else null_vt}
+    offsets = {"uat": uat, "vt": vt, "adt": vt if adt is None else adt, study.NULL: null,
+               study.NULL_VT: vt if null_vt is None else null_vt}
     return {m: base + o for m, o in offsets.items()}
 
 
 def test_summary_and_checks():
     cfg = dataclasses.replace(study.QUICK, seeds=4)
-    returns = _returns(4, 0.003, 0.0, 0.0)
-    s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8},
+    returns = _returns(4, 0.003, 0.0, 0.0, adt=0.001)
+    s = study.summarize(cfg, _arrays(cfg, returns, {"uat": 0.5, "vt": 0.8, "adt": 0.8, study.NULL: 0.8,
+                                                    study.NULL_VT: 0.8},
                                      gate=np.array([1.0, 2.0, 3.0, 4.0, 3.0, 1.0, 9.0])))
     m = s.metrics
     assert m["dropped_days_AAA"] == 0 and m["dropped_days_BBB"] == 3  # the days alignment dropped, per market
@@ -103,6 +106,9 @@ def test_summary_and_checks():
     gaps = sharpe(returns["uat"]) - sharpe(returns["vt"])  # per seed, paired
     np.testing.assert_allclose([found["uat_beats_vt_sharpe"].lo, found["uat_beats_vt_sharpe"].hi],
                                gaps.mean() + np.array([-1, 1]) * 3.182446305284263 * gaps.std(ddof=1) / 2)
+    np.testing.assert_allclose(found["uat_beats_adt_sharpe"].value, m["sharpe_uat"] - m["sharpe_adt"])
+    np.testing.assert_allclose(found["uat_beats_adt_sharpe"].control.value, m["sharpe_uat_null"] - m["sharpe_adt"])
+    assert found["uat_beats_adt_sharpe"].paper == pytest.approx(np.mean([1.071 - 1.049, 0.554 - 0.283, 0.473 - 0.372]))
     np.testing.assert_allclose(found["uat_beats_vt_kl"].value, 0.3)
     np.testing.assert_allclose(found["uat_gain_needs_feedback"].value, 0.3)
     # gate per post-hoc regime: bull = windows 0, 4, 5; chop = window 3; window 6 unlabelled
@@ -114,16 +120,16 @@ def test_summary_and_checks():
     np.testing.assert_allclose(m["sharpe_equal_weight_BBB"], _sharpe(np.linspace(-0.01, 0.02, 7)[4:]))
     np.testing.assert_allclose(m["sharpe_constant_AAA"], _sharpe(np.linspace(0.02, -0.01, 7)[:4]))
     assert m["kl_constant"] == pytest.approx(0.7)
-    assert s.tables["table"]["market"] == ["AAA", "BBB"] * 4
+    assert s.tables["table"]["market"] == ["AAA", "BBB"] * 5  # uat, vt, adt and the two null arms
     # UAT no better than VT, and as far ahead with zero returns fed
     # the gate in the reverse order (chop largest, as the quick runs found it)
     bad = study.summarize(cfg, _arrays(cfg, _returns(4, 0.0, 0.002, 0.0),
-                                       {"uat": 0.8, "vt": 0.8, study.NULL: 0.5, study.NULL_VT: 0.8},
+                                       {"uat": 0.8, "vt": 0.8, "adt": 0.8, study.NULL: 0.5, study.NULL_VT: 0.8},
                                        gate_pre=11.0 - PAPER_ORDER_GATE))
     assert not any(c.passed for c in bad.checks)
     assert {c.name: c.value for c in bad.checks}["gate_follows_paper_regime_order"] == pytest.approx(-1.0)
-    # without the null arms the controls of the lead checks run in the tests only
-    no_null = dataclasses.replace(cfg, null_rewards=False)
+    # without the null arms the controls of the lead checks run in the tests only; without A-DT its check is not made
+    no_null = dataclasses.replace(cfg, null_rewards=False, models=study.CHECKED)
     found = study.summarize(no_null, _arrays(no_null, returns, {"uat": 0.5, "vt": 0.8})).checks
     assert [c.name for c in found] == ["uat_beats_vt_sharpe", "uat_beats_vt_kl", "gate_follows_paper_regime_order"]
     assert {c.control.verdict for c in found[:2]} == {"not run here"}
@@ -134,12 +140,12 @@ def test_controls_fail_their_claims():
     clean against VT fed null returns (feedback-blind) for the null-returns claim; a UAT-null as good as UAT makes
     the two lead checks NO POWER."""
     cfg = dataclasses.replace(study.QUICK, seeds=4)
-    kl = {"uat": 0.5, "vt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8}
+    kl = {"uat": 0.5, "vt": 0.8, "adt": 0.8, study.NULL: 0.8, study.NULL_VT: 0.8}
     found = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.0), kl)).checks
-    assert [c.verdict for c in found] == ["PASS"] * 4 and [c.control.verdict for c in found[:3]] == ["FAIL"] * 3
-    assert found[3].control.verdict != "PASS"  # the gate's order under permuted regime labels
+    assert [c.verdict for c in found] == ["PASS"] * 5 and [c.control.verdict for c in found[:4]] == ["FAIL"] * 4
+    assert found[4].control.verdict != "PASS"  # the gate's order under permuted regime labels
     as_uat = study.summarize(cfg, _arrays(cfg, _returns(4, 0.003, 0.0, 0.003), {**kl, study.NULL: 0.5})).checks
-    assert [c.verdict for c in as_uat[:3]] == ["NO POWER", "NO POWER", "FAIL"]
+    assert [c.verdict for c in as_uat[:4]] == ["NO POWER", "NO POWER", "NO POWER", "FAIL"]
 
 
 def test_regime_order_correlation_against_scipy():
@@ -166,7 +172,7 @@ def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
     assert [c["name"] for c in result["checks"]] == [c.name for c in study.CLAIMS]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     rows = _csv(folder / "markets.csv")
-    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", study.NULL, study.NULL_VT)
+    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", "adt", study.NULL, study.NULL_VT)
                                                          for x in ("CSI300", "DJIA", "HSI")}
     assert (folder / "markets.png").exists() and len(_csv(folder / "gates.csv")) == 3 * 4 * 2
     # the null-returns claim's control, trained: VT is feedback-blind, so zeroed returns change nothing on any seed

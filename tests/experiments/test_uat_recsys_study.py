@@ -31,7 +31,11 @@ def test_presets():
     assert study.FULL.models == study.MODELS and study.FULL.delays == (0, 1, 3, 5, 10)
     assert study.FULL.corruptions == ("null", "shuffled", "adversarial") and study.FULL.data == recsys_data.RecsysConfig()
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
-    assert study.QUICK.reported == (*study.CHECKED, "sasrec") and study.FULL.reported == (*study.MODELS, "sasrec")
+    assert study.QUICK.reported == (*study.CHECKED, "sasrec", "bert4rec")
+    assert study.FULL.reported == (*study.MODELS, "sasrec", "bert4rec")
+    # --set bert4rec=false (or sasrec=false) drops the row: no program, no metrics, no row
+    assert configs.apply(study.QUICK, [("bert4rec", False)]).reported == (*study.CHECKED, "sasrec")
+    assert configs.apply(study.QUICK, [("sasrec", False)]).reported == (*study.CHECKED, "bert4rec")
     assert [study.condition_name(*c) for c in study.QUICK.conditions] == ["d1", "d1_null"]
     assert [study.condition_name(*c) for c in study.FULL.conditions] == [
         "d1", "d0", "d3", "d5", "d10", "d1_null", "d1_shuffled", "d1_adversarial"]
@@ -67,7 +71,7 @@ def _arrays(cfg, hr):
 def test_summary_and_checks():
     cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10), seeds=4)
     good = {"uat": {"d1": 0.40, "d0": 0.45, "d10": 0.30, "d1_null": 0.29}, "vt": dict.fromkeys(
-        ("d1", "d0", "d10", "d1_null"), 0.28), "adt": {"d1": 0.41}, "sasrec": {"d1": 0.2}}
+        ("d1", "d0", "d10", "d1_null"), 0.28), "adt": {"d1": 0.41}, "sasrec": {"d1": 0.2}, "bert4rec": {"d1": 0.15}}
     s = study.summarize(cfg, _arrays(cfg, good))
     found = {c.name: c for c in s.checks}
     assert list(found) == ["uat_beats_vt_hr10", "uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
@@ -79,12 +83,15 @@ def test_summary_and_checks():
     np.testing.assert_allclose(found["gap_shrinks_with_delay"].value, 0.17 - 0.02)
     assert s.metrics["ndcg@10_uat_d0"] == pytest.approx(0.225 + NOISE.mean() / 2)
     assert s.metrics["hr@10_vt_d1_null"] == pytest.approx(0.28 + NOISE.mean())
-    assert s.tables["table"]["condition"] == ["d1", "d0", "d10", "d1_null"] * 2 + ["d1", "d1"]
-    assert s.tables["table"]["model"][-1] == "sasrec" and s.metrics["hr@10_sasrec"] == pytest.approx(0.2 + NOISE.mean())
-    assert s.tables["table"]["hr@10_paper"][-1] == 0.281 and "sasrec" not in str([c.name for c in s.checks])
+    assert s.tables["table"]["condition"] == ["d1", "d0", "d10", "d1_null"] * 2 + ["d1", "d1", "d1"]
+    assert s.tables["table"]["model"][-2:] == ["sasrec", "bert4rec"]
+    assert s.metrics["hr@10_sasrec"] == pytest.approx(0.2 + NOISE.mean())
+    assert s.metrics["hr@10_bert4rec"] == pytest.approx(0.15 + NOISE.mean())
+    assert s.tables["table"]["hr@10_paper"][-2:] == [0.281, 0.160]
+    assert not any(m in c.name for c in s.checks for m in ("sasrec", "bert4rec"))  # reported rows, in no check
     # UAT that gains as much with zero rewards, whose lead does not fall with the delay, below A-DT
     blind = {"uat": {"d1": 0.33, "d0": 0.33, "d10": 0.33, "d1_null": 0.33}, "vt": good["vt"], "adt": {"d1": 0.40},
-             "sasrec": good["sasrec"]}
+             "sasrec": good["sasrec"], "bert4rec": good["bert4rec"]}
     found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, blind)).checks}
     assert found["uat_beats_vt_hr10"].verdict == "NO POWER"  # it leads VT, but so does its null-reward control
     assert not any(found[n].passed for n in ("uat_on_par_with_adt_hr10", "uat_gain_needs_feedback",
@@ -99,7 +106,7 @@ def test_controls_fail_their_claims():
     cfg = dataclasses.replace(study.QUICK, delays=(0, 1, 10), seeds=4)
     vt = dict.fromkeys(("d1", "d0", "d10", "d1_null"), 0.28)
     good = {"uat": {"d1": 0.40, "d0": 0.45, "d10": 0.30, "d1_null": 0.28}, "vt": vt, "adt": {"d1": 0.41},
-            "sasrec": {"d1": 0.2}}
+            "sasrec": {"d1": 0.2}, "bert4rec": {"d1": 0.15}}
     found = {c.name: c for c in study.summarize(cfg, _arrays(cfg, good)).checks}
     assert {n: c.control.verdict for n, c in found.items() if c.control.value is not None} == {
         "uat_beats_vt_hr10": "FAIL", "uat_on_par_with_adt_hr10": "FAIL", "uat_gain_needs_feedback": "FAIL"}
@@ -127,8 +134,11 @@ def test_tiny_run_on_synthetic_files_and_on_a_data_folder(tmp_path):
                                      "lo": 0.0, "hi": 0.0, "n": 2}
     assert {r["condition"] for r in _csv(folder / "recsys.csv")} == {"d1", "d0", "d3", "d1_null"}
     rows = _csv(folder / "recsys.csv")
-    assert len(rows) == (4 * 2 + 2) * 2 and (folder / "recsys.png").exists()  # UAT and VT x 4 conditions, A-DT, SASRec
-    assert [r["model"] for r in rows][-1] == "sasrec" and 0.0 <= float(rows[-1]["hr@10"]) <= 1.0
+    # UAT and VT x 4 conditions, A-DT, SASRec, BERT4Rec
+    assert len(rows) == (4 * 2 + 3) * 2 and (folder / "recsys.png").exists()
+    assert [r["model"] for r in rows][-4:] == ["sasrec"] * 2 + ["bert4rec"] * 2
+    assert all(0.0 <= float(r["hr@10"]) <= 1.0 for r in rows[-4:])
+    assert np.isfinite(result["metrics"]["hr@10_bert4rec"]) and np.isfinite(result["metrics"]["ndcg@10_bert4rec"])
     assert result["metrics"]["users"] == 25.0  # max_users of the tiny data config
     # the written files as a user's folder (--set data_dir=...): the same dataset
     cfg = configs.apply(study.QUICK, [(k, json.loads(v)) for k, v in (a.split("=", 1) for a in TINY_SETS)])

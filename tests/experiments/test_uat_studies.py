@@ -2,6 +2,7 @@
 runs through the command line (``--set`` overrides; no training at a real size)."""
 import csv
 import dataclasses
+import functools
 import json
 
 import jax
@@ -40,7 +41,7 @@ def test_presets_keep_the_quick_and_full_sizes():
         assert study.QUICK.size == cells.CPU and study.QUICK.seeds == quick_seeds
         assert study.FULL.size == cells.TABLE3 and study.FULL.seeds == 3
         assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED  # the checks judge the judged seeds
-    assert darkroom.QUICK.models == ("uat", "vt", "adt") and darkroom.FULL.models == darkroom.MODELS
+    assert darkroom.QUICK.models == ("uat", "vt", "adt", "vt_matched") and darkroom.FULL.models == darkroom.MODELS
     assert darkroom.QUICK.schedules == darkroom.FULL.schedules == ("gradual", "abrupt", "cyclic")
     assert ablation.QUICK.schedules == ("gradual",) and ablation.QUICK.variants == ablation.VARIANTS
     assert [boundary.label(*c) for c in boundary.QUICK.conditions()] == [
@@ -116,22 +117,30 @@ def test_darkroom_summary_and_checks():
     cfg = darkroom.QUICK
     n = cfg.seeds
     seeds_ = np.linspace(-0.01, 0.01, n)
-    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.89 + seeds_, "uat_null": 0.36 + seeds_,
-           "tent": 0.35 + seeds_, "cotta": 0.6 + seeds_}
+    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.89 + seeds_, "vt_matched": 0.4 + seeds_,
+           "uat_null": 0.36 + seeds_, "tent": 0.35 + seeds_, "cotta": 0.6 + seeds_}
     s = darkroom.summarize(cfg, _darkroom_arrays(cfg, acc))
     assert s.metrics["acc_uat_gradual"] == pytest.approx(0.9) and s.metrics["acc_uat_null_cyclic"] == pytest.approx(0.36)
     c = {k.name: k for k in s.checks}
-    assert list(c) == [f"uat_beats_vt_{x}" for x in cfg.schedules] + [f"uat_on_par_with_adt_{x}" for x in cfg.schedules]
+    assert list(c) == [f"uat_{claim}_{x}" for claim in ("beats_vt", "on_par_with_adt", "beats_matched_vt")
+                       for x in cfg.schedules]
     assert all(k.verdict == "PASS" and k.kind == "interval" and k.n == n and k.unit == "seed" for k in s.checks)
     assert c["uat_beats_vt_gradual"].value == pytest.approx(0.55)  # paired per seed: UAT - VT
     assert c["uat_beats_vt_gradual"].paper == pytest.approx(0.873 - 0.362)
     assert c["uat_on_par_with_adt_abrupt"].value == pytest.approx(0.01)
     assert c["uat_on_par_with_adt_abrupt"].paper == pytest.approx(0.827 - 0.826)
     assert c["uat_on_par_with_adt_abrupt"].se == pytest.approx(0.0)  # UAT and A-DT move together over seeds
-    assert {k.control.arm for k in s.checks} == {"UAT fed null feedback, against VT", "UAT fed null feedback, against A-DT"}
+    assert c["uat_beats_matched_vt_cyclic"].value == pytest.approx(0.5)  # paired per seed: UAT - matched VT
+    assert c["uat_beats_matched_vt_cyclic"].paper is None  # the paper has no parameter-matched VT
+    assert c["uat_beats_matched_vt_cyclic"].control.value == pytest.approx(-0.04)  # UAT-null - matched VT
+    assert {k.control.arm for k in s.checks} == {"UAT fed null feedback, against VT", "UAT fed null feedback, against A-DT",
+                                                 "UAT fed null feedback, against the matched VT"}
     rows = s.tables["table"]["model"]
-    assert rows == [m for m in cfg.rows for _ in cfg.schedules] and len(rows) == 18 and "uat_null" in rows
+    assert rows == [m for m in cfg.rows for _ in cfg.schedules] and len(rows) == 21 and "uat_null" in rows
     assert s.tables["table"]["accuracy_paper"][0] == 0.873 and np.isnan(s.tables["table"]["accuracy_paper"][9])
+    # without the matched VT among the models its checks are not made
+    unmatched = dataclasses.replace(cfg, models=darkroom.CHECKED)
+    assert len(darkroom.summarize(unmatched, _darkroom_arrays(unmatched, acc)).checks) == 6
     # VT as good as UAT on one schedule, A-DT clearly better on another: those checks fail
     arrays = _darkroom_arrays(cfg, {**acc, "vt": 0.85 + seeds_, "adt": 0.97 + seeds_})
     v = _verdicts(darkroom.summarize(cfg, arrays))
@@ -148,8 +157,8 @@ def test_darkroom_null_feedback_control_fails_every_claim():
     observations do not) it fails every claim, and a UAT-null as good as UAT turns every pass into NO POWER."""
     cfg = darkroom.QUICK
     seeds_ = np.linspace(-0.01, 0.01, cfg.seeds)
-    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.88 + seeds_, "uat_null": 0.36 + seeds_,
-           "tent": 0.35 + seeds_, "cotta": 0.35 + seeds_}
+    acc = {"uat": 0.9 + seeds_, "vt": 0.35 + seeds_, "adt": 0.88 + seeds_, "vt_matched": 0.36 + seeds_,
+           "uat_null": 0.36 + seeds_, "tent": 0.35 + seeds_, "cotta": 0.35 + seeds_}
     s = darkroom.summarize(cfg, _darkroom_arrays(cfg, acc))
     assert {k.verdict for k in s.checks} == {"PASS"} and {k.control.verdict for k in s.checks} == {"FAIL"}
     assert s.checks[0].control.value == pytest.approx(0.01)  # UAT-null - VT
@@ -339,21 +348,22 @@ def test_darkroom_tiny_run_writes_results_and_curves(tmp_path, monkeypatch):
     argv = ["run", "uat.darkroom", "--quick", *TINY_SIZE, "--set", 'schedules=["abrupt", "cyclic"]',
             "--seeds", "1", "--set", "stream=1", "--set", "adapt_batch=1", "--out", str(tmp_path)]
     assert cli.main(argv) in (0, 1)  # a tiny model may fail the checks; the run must complete
-    assert streams == [seeds.SCREENING] * 2  # UAT, VT and A-DT one program, TENT/CoTTA another
+    assert streams == [seeds.SCREENING] * 3  # UAT, VT and A-DT one program, the matched VT one, TENT/CoTTA one
     out = tmp_path / "uat.darkroom"
     result = _result(out)
     assert result["config"]["seeds"] == 1 and result["config"]["size"]["epochs"] == 2
-    assert [c["name"] for c in result["checks"]] == ["uat_beats_vt_abrupt", "uat_beats_vt_cyclic",
-                                                     "uat_on_par_with_adt_abrupt", "uat_on_par_with_adt_cyclic"]
+    assert [c["name"] for c in result["checks"]] == [f"uat_{claim}_{x}" for claim in ("beats_vt", "on_par_with_adt",
+                                                                                      "beats_matched_vt")
+                                                     for x in ("abrupt", "cyclic")]
     assert all(np.isfinite(c["value"]) and c["control"]["n"] == 1 for c in result["checks"])
     # 2 epochs x 2 episodes of one run: inside the first 6-episode block, and all four waypoints
     assert result["metrics"]["distinct_goals_train_abrupt"] == 1.0
     assert result["metrics"]["distinct_goals_train_cyclic"] == 4.0
     curves = _csv(out / "curves.csv")
-    assert {r["model"] for r in curves} == {f"{m}/{s}" for m in ("uat", "vt", "adt", "uat_null")
+    assert {r["model"] for r in curves} == {f"{m}/{s}" for m in ("uat", "vt", "adt", "vt_matched", "uat_null")
                                             for s in ("abrupt", "cyclic")}
-    assert len(curves) == 8 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
-    assert len(_csv(out / "darkroom.csv")) == 12 and len(_csv(out / "table.csv")) == 12
+    assert len(curves) == 10 * 2 and all(np.isfinite(float(r["loss"])) for r in curves)
+    assert len(_csv(out / "darkroom.csv")) == 14 and len(_csv(out / "table.csv")) == 14
     assert (out / "darkroom.png").exists()
     assert sorted(p.name for p in (out / "models").iterdir()) == ["abrupt", "cyclic"]
     # uat.mechanism plays the kept cyclic UAT and VT cells, and computes what it computes training them itself
@@ -380,6 +390,26 @@ def test_training_grids_run_at_most_the_cpus_cells_per_call(monkeypatch):
     training.train_grid(None, "g", cells.CPU.train_config(), tasks, ["a", "b"], 3, seeds.SCREENING)
     training.replay_grid(None, "r", None, np.zeros((6, 1)), tasks, ["a", "b"], 3, seeds.SCREENING)
     assert jax.default_backend() == "cpu" and caps == [cells.CPU_CELLS_PER_CALL] * 2 == [8, 8]
+
+
+def test_matched_vt_trains_as_its_own_program_at_the_matched_width(monkeypatch):
+    from experiments.studies.uat import training
+
+    programs = {}
+
+    def fake_grid(ctx, name, train_cfg, tasks, labels, num_seeds, stream, keep_params=False, env=None, make_cell=None):
+        programs[name] = (train_cfg.model, [t.variant for t in tasks])
+        return {"accuracy": np.zeros((len(tasks), num_seeds))}
+
+    monkeypatch.setattr(training, "train_grid", fake_grid)
+    size = cells.CPU
+    runs = {m: [Task.make("gradual")] for m in ("uat", "vt", darkroom.MATCHED)}
+    out = training.train_models(None, "g", size, runs, {m: ["x"] for m in runs}, 2, seeds.SCREENING,
+                                configure=functools.partial(darkroom.configure, size))
+    assert sorted(programs) == ["g", "g_vt_matched"] and list(out) == ["uat", "vt", "vt_matched"]
+    matched, _ = programs["g_vt_matched"]
+    assert matched.kind == "vt" and matched.d_ff == size.matched().d_ff == 142 and matched.d_model == size.d_model
+    assert programs["g"][0].d_ff == size.d_ff  # the family keeps its width
 
 
 def test_ablation_tiny_run(tmp_path):

@@ -1,10 +1,13 @@
 """Training cells: the Size presets, task stacking, the task x seed grid layout, seed statistics."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from uat_jax import cells
+from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import Task
 
 
@@ -33,6 +36,24 @@ def test_size_carries_the_sensitivity_knobs_into_every_model():
 def test_size_validates(changes, message):
     with pytest.raises(ValueError, match=message):
         cells.Size(**changes)
+
+
+def _materialised_count(size, kind):
+    """Parameters of ``kind`` at ``size``, counted on initialised arrays (not ``theory.param_count``'s shapes)."""
+    params = init_params(DecisionTransformer(size.model_config(kind)), jax.random.key(0))
+    return sum(int(np.size(x)) for x in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize("size", [cells.CPU, cells.Size(d_model=8, n_heads=2, d_ff=8, n_layers=1, horizon=4)])
+def test_matched_width_is_the_smallest_that_reaches_uats_parameter_count(size):
+    matched = size.matched()
+    assert matched == dataclasses.replace(size, d_ff=matched.d_ff)  # only the feed-forward width changes
+    uat = _materialised_count(size, "uat")
+    assert _materialised_count(matched, "vt") >= uat > _materialised_count(
+        dataclasses.replace(size, d_ff=matched.d_ff - 1), "vt")
+    if size == cells.CPU:  # 18,693 + 130 per unit of d_ff (2 layers x (2 x 32 + 1)) reaches UAT's 28,797 at +78
+        assert (uat, matched.d_ff) == (28797, 142)
+    assert size.matched(to="vt") == size  # a model already as large keeps its width
 
 
 def test_cell_inputs_are_task_major_with_common_seeds():

@@ -36,14 +36,16 @@ from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import Task
 
 
-def check_models_and_adaptation(cfg, required: tuple[str, ...]) -> None:
-    """Validate a study config's ``seeds``, ``stream``, ``models`` (distinct kinds including ``required``),
-    ``adapt`` (distinct ``uat_jax.tta`` methods) and ``adapt_batch`` (a divisor of ``size.eval_episodes``)."""
+def check_models_and_adaptation(cfg, required: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
+    """Validate a study config's ``seeds``, ``stream``, ``models`` (distinct kinds, or names of ``extra``,
+    including ``required``), ``adapt`` (distinct ``uat_jax.tta`` methods) and ``adapt_batch`` (a divisor of
+    ``size.eval_episodes``)."""
     if cfg.seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
     seeds.check_stream(cfg.stream)
-    if not set(required) <= set(cfg.models) <= set(KINDS) or len(set(cfg.models)) != len(cfg.models):
-        raise ValueError(f"models must be distinct names from {KINDS} including {required}, got {cfg.models}")
+    names = KINDS + extra
+    if not set(required) <= set(cfg.models) <= set(names) or len(set(cfg.models)) != len(cfg.models):
+        raise ValueError(f"models must be distinct names from {names} including {required}, got {cfg.models}")
     if not set(cfg.adapt) <= set(tta.METHODS) or len(set(cfg.adapt)) != len(cfg.adapt):
         raise ValueError(f"adapt must be distinct names from {tuple(tta.METHODS)}, got {cfg.adapt}")
     if not (cfg.adapt_batch >= 1 and cfg.size.eval_episodes % cfg.adapt_batch == 0):
@@ -89,7 +91,7 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
                  labels: dict[str, list[str]], num_seeds: int, stream: int,
                  adapt: dict | None = None, domain: str = "darkroom", env=None, configure=None,
                  make_cell=cells.make_cell, keep: tuple[str, ...] = ()) -> dict[str, dict]:
-    """Every model of ``runs`` (a kind of ``KINDS`` or a member of ``SWITCHED``) on its tasks
+    """Every model of ``runs`` (a kind of ``KINDS``, a member of ``SWITCHED``, or a name ``configure`` knows) on its tasks
     x seeds: ``{model: outputs [tasks, seeds, ...]}``. Two or more switched-family members
     train as one program ``name``; any other model as its own program ``name_<model>``.
     Seed ``s`` is the same key in every program, so each member computes what it would
@@ -125,7 +127,7 @@ def train_models(ctx: RunContext, name: str, size: cells.Size, runs: dict[str, l
                 out[m]["params"] = jax.tree.map(lambda p, rows=rows: p[rows], params)
             start += len(runs[m])
     for m in (m for m in runs if m not in family):
-        cfgs[m] = configure(m) if m in KINDS else configure("uat", m)
+        cfgs[m] = configure("uat", m) if m in SWITCHED and m not in KINDS else configure(m)
         out[m] = train_grid(ctx, f"{name}_{m}", cfgs[m], runs[m], labels[m], num_seeds, stream, m in kept,
                             env, make_cell)
     if adapt:
