@@ -110,3 +110,16 @@ def test_limit_config_validates():
                           ({"root_samples": 50}, "root_samples"), ({"root_kappas": 4}, "root_kappas")]:
         with pytest.raises(ValueError, match=field):
             LimitConfig(**kwargs)
+
+
+def test_estimate_probes_scale_every_sample_count():
+    """`show regret.limit --estimate` probes FULL with each of its three sample counts scaled down: the root's
+    120,000 samples per d are most of FULL's limit pass, so a probe that kept them would time the pass in full."""
+    from experiments import estimate, registry
+
+    study = registry.load_all()["regret.limit"]
+    f = estimate.probe_fraction(study.full, study.cost_fields)
+    probe = estimate.probe_config(study.full, study.cost_fields, f)
+    for field in ("num_sequences", "limit_samples", "root_samples"):
+        full = getattr(study.full, field)
+        assert f * full <= getattr(probe, field) <= 2 * f * full < full, field

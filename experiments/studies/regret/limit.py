@@ -423,7 +423,7 @@ def write(config: LimitConfig, arrays: dict, summary: Summary, out_dir) -> None:
 
 STUDY = register(Study(
     name="regret.limit",
-    cost_fields=("num_sequences", "limit_samples"),
+    cost_fields=("num_sequences", "limit_samples", "root_samples"),
     summary="Continuous-time limit kappa*_inf(d) of sqrt(T) eta* (docs/regret.md §5.7) against kappa*(d, T) and sqrt(2 ln d)",
     config_type=LimitConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
     paper=PAPER, seeds_field=None, claims=CLAIMS,
