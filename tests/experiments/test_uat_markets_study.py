@@ -28,12 +28,21 @@ def test_presets():
     assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL, study.NULL_VT)
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
     assert study.QUICK.runs == ("uat", "vt", "adt", study.NULL, study.NULL_VT)
+    assert study.QUICK.ue_lr == study.FULL.ue_lr == 2e-2  # Table 3's rate of the encoder and W_rho
+
+
+def test_configure_passes_the_studys_rates_on():
+    cfg = dataclasses.replace(study.QUICK, lr=1e-3, ue_lr=3e-3, expert_temperature=0.05, eval_batch=7)
+    train = study.configure(cfg, "uat", traced_variant=True)
+    assert (train.lr, train.ue_lr, train.expert_temperature, train.eval_batch) == (1e-3, 3e-3, 0.05, 7)
+    assert train.model.traced_variant and train.model.d_model == cfg.size.d_model
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("models", ["uat", "adt"], "models must"),
     ("models", ["uat", "vt", "vt"], "models must"),
     ("lr", 0.0, "lr must"),
+    ("ue_lr", -1.0, "ue_lr must"),
     ("expert_temperature", -1.0, "expert_temperature must"),
     ("seeds", 0, "seeds must"),
     ("stream", 2, "stream must"),
