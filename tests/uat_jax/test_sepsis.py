@@ -318,3 +318,56 @@ def test_bad_inputs(tmp_path, monkeypatch, rng):
     monkeypatch.setattr(sepsis.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install icu-sepsis"):
         sepsis.asset_dir()
+
+
+def _package_step_outcomes(env, patient: int, combo: int, n: int) -> np.ndarray:
+    """The state after ``n`` steps of the package's own ``ICUSepsisEnv`` from ``patient`` under ``combo``."""
+    out = np.empty(n, int)
+    for i in range(n):
+        env._current_state = patient  # the package's state; its step reads no other
+        out[i] = env.step(np.array(divmod(combo, sepsis.N_LEVELS)))[0]
+    return out
+
+
+def _our_step_outcomes(params, patient: int, combo: int, n: int, key) -> np.ndarray:
+    """The same from ours: the cluster holding ``combo``, its member draw pinned to it; death and discharge
+    coded as the package's states 713 and 714 (ours readmits a new patient there)."""
+    members = np.asarray(params.tables.members)
+    cluster, j = (int(x[0]) for x in np.nonzero(members == combo))
+    size = int(params.tables.cluster_size[cluster])
+    step_draws = jax.vmap(sepsis.draw_step, in_axes=(0, None))(jax.random.split(key, n), params)
+    step_draws = step_draws.replace(member=jnp.full(n, (j + 0.5) / size, jnp.float32))
+    start = state(patient, np.zeros(params.horizon))
+    _, new, _, _, info = jax.vmap(TRANSITION, in_axes=(0, None, None, None))(step_draws, start, jnp.int32(cluster),
+                                                                             params)
+    assert np.all(np.asarray(info["combination"]) == combo)
+    return np.where(info["died"], 713, np.where(info["recovered"], 714, new.patient))
+
+
+def test_steps_follow_the_package_environment_at_its_own_dynamics(real):
+    """Ours with the package's dynamics (termination hazards unscaled, no recovery hazard, no regime tilt, no
+    resistance) steps as the package's own ``icu_sepsis.ICUSepsisEnv`` does: from three patients under three
+    combinations (one inadmissible, taken by the package's "mean" strategy), the outcomes of 4,000 steps of
+    each (death, discharge, the likeliest next patients, any other) are one distribution by a chi-square test.
+    The study's own dynamics (hazards scaled by 0.1, a recovery hazard) are rejected by the same test."""
+    icu_sepsis = pytest.importorskip("icu_sepsis")
+    from scipy import stats
+
+    env = icu_sepsis.ICUSepsisEnv(seed=0)
+    assert env._inadmissible_action_strategy == "mean"
+    package = sepsis.make_params(real.tables, termination_scale=1.0, recovery_hazard=0.0, tilt=0.0,
+                                 resistance_decay=1.0)
+    tx = env._tx_mat
+    deadly = int(np.argmax(tx[:713, 12, 713]))
+    cases = [(deadly, 12), (0, 0), (200, 24)]  # (0, 0): state 0 admits 5, 10, 15, 20 only
+    assert not bool(real.tables.admissible[0, 0])
+    n, key = 4000, jax.random.key(3)
+    for k, (patient, combo) in enumerate(cases):
+        theirs = _package_step_outcomes(env, patient, combo, n)
+        bins = [713, 714, *np.argsort(tx[patient, combo, :713])[::-1][:6]]
+        table = lambda x, bins=bins: [np.sum(x == b) for b in bins] + [np.sum(~np.isin(x, bins))]  # noqa: E731
+        for params, same in ((package, True), (real, False)):
+            ours = _our_step_outcomes(params, patient, combo, n, jax.random.fold_in(key, k))
+            counts = np.array([table(theirs), table(ours)])
+            p = stats.chi2_contingency(counts[:, counts.sum(0) > 0]).pvalue
+            assert (p > 1e-3) if same else (p < 1e-6), (patient, combo, same, counts.tolist(), p)
