@@ -205,3 +205,24 @@ def test_tiny_run_end_to_end(tiny_run):
     assert (folder / "success_vs_length.png").stat().st_size > 10_000
     assert set(np.load(folder / "tmaze.npz")) >= {"corridor_lengths", "success_RATE", "loss_DT"}
     assert not any(p.name.startswith("ckpt_") for p in folder.iterdir())  # checkpoints removed on success
+
+
+def test_full_trains_the_baselines_on_the_authors_own_line():
+    """FULL's DT, RMT and TrXL read run_experiments/TMaze.sh's baseline line flag for flag (8 layers, 8 heads of
+    32, d_inner 64, dropatt 0.1, RMT's 10 memory tokens, TrXL's 450-step cache, batch 64, lr 1e-4, weight decay
+    0.001); RATE and its ablations keep RATE's line, and QUICK keeps RATE's line for every model."""
+    script = {"n_layer": 8, "n_head": 8, "d_head": 32, "d_inner": 64, "d_model": 64, "dropatt": 0.1, "dropout": 0.2,
+              "segment_len": 50}
+    for name, extra in (("DT", {"segment_len": 150, "num_mem_tokens": 0, "mem_len": 0}),
+                        ("RMT", {"num_mem_tokens": 10, "mem_len": 0, "n_head_ca": 0}),
+                        ("TrXL", {"num_mem_tokens": 0, "mem_len": 450, "n_head_ca": 0})):
+        cfg = tmaze.FULL.train_config(name)
+        got = {k: getattr(cfg.model, k) for k in {**script, **extra}}
+        assert got == {**script, **extra}, name  # DT sees the whole 150-step trajectory as one section
+        assert (cfg.batch_size, cfg.learning_rate, cfg.weight_decay, cfg.warmup_steps) == (64, 1e-4, 1e-3, 1000), name
+    rate = tmaze.FULL.train_config("RATE")
+    assert (rate.model.n_layer, rate.model.n_head, rate.model.d_inner, rate.model.dropatt, rate.model.num_mem_tokens,
+            rate.batch_size, rate.learning_rate, rate.weight_decay) == (10, 4, 0, 0.0, 15, 128, 3e-4, 0.01)
+    assert tmaze.FULL.train_config("RATE-noMRV").model.n_layer == 10  # an ablation of RATE, on RATE's line
+    assert not tmaze.QUICK.authors_baselines
+    assert tmaze.QUICK.train_config("RMT").model.n_layer == tmaze.QUICK.base.n_layer

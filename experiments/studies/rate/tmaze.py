@@ -18,12 +18,14 @@ program evaluates every seed on every corridor length, up to 9,600 at both prese
 (``rate_jax.evaluate.make_packed_evaluate``: the incremental decoder, each episode run
 only for the segments its corridor can last, in ``eval_slots`` slots that reset between
 episodes; fewer episodes at the longest corridors, ``episodes``). All
-models see the same data (the same seed keys ``seed_keys(seeds, stream)``) and the same
-hyper-parameters (the authors tune DT/RMT/TrXL separately; one shared setting is our
-simplification). DT's evaluation restarts its context every K*N steps instead of
-sliding it (see ``rate_jax.evaluate``). Variants whose configuration coincides are
-trained once: the authors' T-Maze RATE has no cache (``mem_len = 0``, both presets),
-so RATE-noMRV *is* RMT (memory tokens, no valve, no cache) when both are asked for.
+models see the same data (the same seed keys ``seed_keys(seeds, stream)``). The full preset trains
+DT, RMT and TrXL on the authors' own baseline line (``BaselineLine``: 8 layers of 8 heads, a
+feed-forward block, attention dropout, batch 64, lr 1e-4), RATE on RATE's; the quick preset keeps
+every model on RATE's line (``authors_baselines=false``; one shared setting at CPU size). DT's
+evaluation restarts its context every K*N steps instead of sliding it (see ``rate_jax.evaluate``).
+Variants whose configuration coincides are trained once: the authors' T-Maze RATE has no cache
+(``mem_len = 0``, both presets), so on one line RATE-noMRV *is* RMT (memory tokens, no valve, no
+cache) when both are asked for.
 
 What the information flow forces (tested in ``tests/rate_jax/test_rate_information_flow.py``,
 not checked here): DT cannot read a cue that lies outside its K*N-step context, and
@@ -36,8 +38,10 @@ passed between segments replaced by noise, ``tests/rate_jax/test_rate_planted_bu
 a metric and the control arm of RATE's checks; ``*_turned_*`` and ``*_right_turns_longest``
 split RATE's and that arm's episodes into those that turned at the junction at all and the
 right turns among them (an episode that never turns times out in the corridor: the noise arm
-falls below chance by timing out, docs/rate.md section 9). At both presets RATE has no cache, so
-RATE-noMRV *is* RMT: the presets run RMT once, and its comparison is counted once.
+falls below chance by timing out, docs/rate.md section 9). At the quick preset RATE has no cache and
+every model is on RATE's line, so RATE-noMRV *is* RMT: it runs RMT once, and its comparison is counted
+once; the full preset's RMT is the authors' baseline (their line), RATE-noMRV the valve ablation on
+RATE's line (``--set variants=[...]`` adds it).
 
 Checks (declared claims, judged per seed: seeds are the unit, 95% t interval; ``check_corridor``
 is 58 at quick size; the longest corridor, 9,600, is reported as the metrics
@@ -122,6 +126,40 @@ def _need(cond: bool, field: str, allowed: str, value) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class BaselineLine:
+    """The hyper-parameters the authors train their T-Maze baselines with, where they differ from RATE's
+    (CognitiveAISystems/RATE at 8fc23a0, ``run_experiments/TMaze.sh``: DT, RMT and TrXL share one line):
+    8 layers of 8 heads (d_head 32, as RATE), a feed-forward block of 64 (RATE skips it), attention dropout
+    0.1 (RATE 0), RMT with 10 memory tokens (RATE 15), batch 64 (RATE 128), lr 1e-4 (RATE 3e-4) and weight
+    decay 0.001 (RATE 0.01). The rest of the line is RATE's: d_model 64, dropout 0.2, K = 50 in 3 sections,
+    1,000 warm-up steps, the lr decaying to 0.01x, clipping at 1, TrXL's cache 450 = 3 x 150 steps
+    (``rate_jax.variant``'s default)."""
+
+    n_layer: int = 8
+    n_head: int = 8
+    d_inner: int = 64
+    dropatt: float = 0.1
+    rmt_mem_tokens: int = 10
+    batch_size: int = 64
+    learning_rate: float = 1e-4
+    weight_decay: float = 1e-3
+
+    def apply(self, name: str, cfg: rate_jax.TrainConfig) -> rate_jax.TrainConfig:
+        """``cfg`` of baseline ``name`` (DT, RMT, TrXL) on this line; any other model's unchanged."""
+        if name not in ("DT", "RMT", "TrXL"):
+            return cfg
+        model = dataclasses.replace(cfg.model, n_layer=self.n_layer, n_head=self.n_head, d_inner=self.d_inner,
+                                    dropatt=self.dropatt)
+        if name == "RMT":
+            model = dataclasses.replace(model, num_mem_tokens=self.rmt_mem_tokens)
+        return dataclasses.replace(cfg, model=model, batch_size=self.batch_size, learning_rate=self.learning_rate,
+                                   weight_decay=self.weight_decay)
+
+
+AUTHORS_BASELINES = BaselineLine()
+
+
+@dataclasses.dataclass(frozen=True)
 class TMazeStudyConfig:
     """Sizes of the study. ``base`` is RATE; baselines come from ``rate_jax.variant``.
 
@@ -151,6 +189,7 @@ class TMazeStudyConfig:
     check_corridor: int
     eval_slots: int
     detach_memory: bool = False
+    authors_baselines: bool = False  # DT, RMT and TrXL on the authors' own line (AUTHORS_BASELINES), else RATE's
     stream: int = seeds.JUDGED
 
     def __post_init__(self):
@@ -191,11 +230,12 @@ class TMazeStudyConfig:
 
     def train_config(self, name: str) -> rate_jax.TrainConfig:
         model, segments = rate_jax.variant(name, self.base, self.num_segments)
-        return rate_jax.TrainConfig(
+        cfg = rate_jax.TrainConfig(
             model=model, num_segments=segments, corridor_lengths=self.train_corridors, num_train=self.num_train,
             num_val=self.num_val, batch_size=self.batch_size, num_steps=self.num_steps,
             learning_rate=self.learning_rate, warmup_steps=self.warmup_steps, weight_decay=self.weight_decay,
             detach_memory=self.detach_memory)
+        return AUTHORS_BASELINES.apply(name, cfg) if self.authors_baselines else cfg
 
     def masks(self) -> dict[str, np.ndarray]:
         """Which eval corridors are training lengths, lie beyond DT's context, or need the cue to cross a segment."""
@@ -253,14 +293,15 @@ QUICK = TMazeStudyConfig(
     eval_corridors=(4, 10, 16, 22, 34, 58, 150, 600, 2400, 9600), episodes=(48,) * 7 + (24, 16, 8),
     check_corridor=58, eval_slots=16)
 # The authors' T-Maze RATE (run_experiments/TMaze.sh): 10 layers, d 64, 4 heads x 32, no FFN,
-# m = 15, no cache, MRV with 2 heads and ReLU, K = 50, N = 3, batch 128, lr 3e-4, wd 0.01.
+# m = 15, no cache, MRV with 2 heads and ReLU, K = 50, N = 3, batch 128, lr 3e-4, wd 0.01; DT, RMT and TrXL
+# on the script's own baseline line (BaselineLine). QUICK keeps every model on RATE's line.
 FULL = TMazeStudyConfig(
     base=rate_jax.ModelConfig(segment_len=50, n_layer=10, d_model=64, n_head=4, d_head=32, d_inner=0,
                               num_mem_tokens=15, mem_len=0, n_head_ca=2, dropout=0.2),
     num_segments=3, variants=("RATE", "RMT", "TrXL", "DT"), seeds=5, num_steps=10_000, chunks=20,
     batch_size=128, num_train=6000, num_val=600, learning_rate=3e-4, warmup_steps=1000, weight_decay=0.01,
     eval_corridors=(48, 98, 148, 298, 598, 898, 2398, 4798, 9598), episodes=(100,) * 9, check_corridor=9598,
-    eval_slots=200)  # 37,800 segments of K = 50 per seed; 200 slots: the busiest ~192, one 9,598 episode
+    eval_slots=200, authors_baselines=True)  # 37,800 segments of K = 50 per seed; 200 slots: the busiest ~192, one 9,598 episode
 
 
 def train_variant(config: TMazeStudyConfig, name: str, ctx: RunContext):
