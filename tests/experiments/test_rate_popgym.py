@@ -47,6 +47,12 @@ def test_full_is_the_authors_script():
     tcfg = full.train_config("count_recall", "RATE-nocache")
     assert tcfg.model.mem_len == 0 and tcfg.model.num_mem_tokens == 30
     assert (tcfg.lr_end_factor, tcfg.grad_clip) == (0.1, 5.0)
+    # run_experiments/POPGym/DT/{0,9,42}.sh: RATE's line with the feed-forward block on (d-inner 64), one section
+    dt = full.train_config("count_recall", "DT")
+    assert (dt.model.d_inner, dt.model.num_mem_tokens, dt.model.mem_len, dt.model.n_layer, dt.model.dropatt,
+            dt.num_segments, dt.batch_size, dt.learning_rate) == (64, 0, 0, 8, 0.2, 3, 32, 3e-4)
+    assert full.train_config("count_recall", "RMT").model.d_inner == 0  # no script of theirs: RATE's line
+    assert study.QUICK.train_config("count_recall", "DT").model.d_inner == 0  # QUICK: RATE's line throughout
 
 
 def test_the_authors_detached_trainer_is_an_option_for_every_model():

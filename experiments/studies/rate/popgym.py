@@ -122,6 +122,7 @@ class PopgymStudyConfig:
     eval_episodes: int
     stream: int = seeds.JUDGED
     dt_window: str = "sliding"  # DT's context at evaluation: "sliding" (the authors') or "restart" every K steps
+    authors_baselines: bool = False  # DT on the authors' own line (AUTHORS_DT: its feed-forward block), else RATE's
 
     def __post_init__(self):
         _need(len(self.tasks) > 0 and len(set(self.tasks)) == len(self.tasks) and set(self.tasks) <= set(popgym.TASKS),
@@ -150,7 +151,15 @@ class PopgymStudyConfig:
         base = dataclasses.replace(self.base, obs_dim=task.obs_dim, num_actions=task.num_actions,
                                    segment_len=self.segment_len(name))
         model, segments = rate_jax.variant(variant, base, self.num_segments, dt_context="segment")
-        return self.training.train_config(model, segments, task)
+        cfg = self.training.train_config(model, segments, task)
+        return AUTHORS_DT.apply(variant, cfg) if self.authors_baselines else cfg
+
+
+AUTHORS_DT = training.BaselineLine(variants=("DT",), d_inner=64)
+"""The authors' POPGym DT (CognitiveAISystems/RATE at 5aa88f0, ``run_experiments/POPGym/DT/0.sh``, ``9.sh``,
+``42.sh``): RATE's line with the feed-forward block on (``--model.skip-dec-ffn=False``, d-inner 64) and one
+section of K steps (``rate_jax.variant``'s ``dt_context="segment"``); their repository has no POPGym script
+for RMT or TrXL, which keep RATE's line."""
 
 
 # Quick size: the tasks of the two checks (Autoencode, which neither model can solve at this
@@ -208,7 +217,8 @@ QUICK = PopgymStudyConfig(
 # dataset; K = ceil((T + 1) / 3) holds the final observation too (18 where their
 # --training.context-length is ceil(T / 3) = 17 for T = 51); full backpropagation unless
 # training.detach_memory (their trainer's mode; docs/rate.md section 7). RATE-nocache is RATE
-# without the 40-token cache: the ablation that tells the cache's share from the memory tokens'.
+# without the 40-token cache: the ablation that tells the cache's share from the memory tokens'. DT on
+# the authors' DT line (AUTHORS_DT); QUICK keeps every model on RATE's line.
 FULL = PopgymStudyConfig(
     tasks=("repeat_previous", "autoencode", "count_recall"), level="easy",
     base=rate_jax.ModelConfig(n_layer=8, d_model=128, n_head=10, d_head=128, d_inner=0, num_mem_tokens=30,
@@ -217,7 +227,7 @@ FULL = PopgymStudyConfig(
     training=training.Budget(num_steps=3000, chunks=10, batch_size=32, num_train=2000, num_val=200,
                              learning_rate=3e-4, warmup_steps=100, weight_decay=0.01, lr_end_factor=0.1,
                              grad_clip=5.0),
-    eval_episodes=200)
+    eval_episodes=200, authors_baselines=True)
 
 
 def _random_returns(config: PopgymStudyConfig, key: jax.Array) -> dict[str, float]:

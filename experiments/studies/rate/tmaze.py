@@ -19,7 +19,7 @@ program evaluates every seed on every corridor length, up to 9,600 at both prese
 only for the segments its corridor can last, in ``eval_slots`` slots that reset between
 episodes; fewer episodes at the longest corridors, ``episodes``). All
 models see the same data (the same seed keys ``seed_keys(seeds, stream)``). The full preset trains
-DT, RMT and TrXL on the authors' own baseline line (``BaselineLine``: 8 layers of 8 heads, a
+DT, RMT and TrXL on the authors' own baseline line (``AUTHORS_BASELINES``: 8 layers of 8 heads, a
 feed-forward block, attention dropout, batch 64, lr 1e-4), RATE on RATE's; the quick preset keeps
 every model on RATE's line (``authors_baselines=false``; one shared setting at CPU size). DT's
 evaluation restarts its context every K*N steps instead of sliding it (see ``rate_jax.evaluate``).
@@ -125,38 +125,15 @@ def _need(cond: bool, field: str, allowed: str, value) -> None:
         raise ValueError(f"TMazeStudyConfig.{field} must be {allowed}, got {value!r}")
 
 
-@dataclasses.dataclass(frozen=True)
-class BaselineLine:
-    """The hyper-parameters the authors train their T-Maze baselines with, where they differ from RATE's
-    (CognitiveAISystems/RATE at 8fc23a0, ``run_experiments/TMaze.sh``: DT, RMT and TrXL share one line):
-    8 layers of 8 heads (d_head 32, as RATE), a feed-forward block of 64 (RATE skips it), attention dropout
-    0.1 (RATE 0), RMT with 10 memory tokens (RATE 15), batch 64 (RATE 128), lr 1e-4 (RATE 3e-4) and weight
-    decay 0.001 (RATE 0.01). The rest of the line is RATE's: d_model 64, dropout 0.2, K = 50 in 3 sections,
-    1,000 warm-up steps, the lr decaying to 0.01x, clipping at 1, TrXL's cache 450 = 3 x 150 steps
-    (``rate_jax.variant``'s default)."""
-
-    n_layer: int = 8
-    n_head: int = 8
-    d_inner: int = 64
-    dropatt: float = 0.1
-    rmt_mem_tokens: int = 10
-    batch_size: int = 64
-    learning_rate: float = 1e-4
-    weight_decay: float = 1e-3
-
-    def apply(self, name: str, cfg: rate_jax.TrainConfig) -> rate_jax.TrainConfig:
-        """``cfg`` of baseline ``name`` (DT, RMT, TrXL) on this line; any other model's unchanged."""
-        if name not in ("DT", "RMT", "TrXL"):
-            return cfg
-        model = dataclasses.replace(cfg.model, n_layer=self.n_layer, n_head=self.n_head, d_inner=self.d_inner,
-                                    dropatt=self.dropatt)
-        if name == "RMT":
-            model = dataclasses.replace(model, num_mem_tokens=self.rmt_mem_tokens)
-        return dataclasses.replace(cfg, model=model, batch_size=self.batch_size, learning_rate=self.learning_rate,
-                                   weight_decay=self.weight_decay)
-
-
-AUTHORS_BASELINES = BaselineLine()
+AUTHORS_BASELINES = training.BaselineLine(
+    variants=("DT", "RMT", "TrXL"), n_layer=8, n_head=8, d_inner=64, dropatt=0.1, num_mem_tokens=10, batch_size=64,
+    learning_rate=1e-4, weight_decay=1e-3)
+"""The authors' T-Maze baselines (CognitiveAISystems/RATE at 8fc23a0, ``run_experiments/TMaze.sh``: DT, RMT
+and TrXL share one line): 8 layers of 8 heads (d_head 32, as RATE), a feed-forward block of 64 (RATE skips
+it), attention dropout 0.1 (RATE 0), RMT with 10 memory tokens (RATE 15), batch 64 (RATE 128), lr 1e-4
+(RATE 3e-4), weight decay 0.001 (RATE 0.01). The rest is RATE's line: d_model 64, dropout 0.2, K = 50 in 3
+sections, 1,000 warm-up steps, the lr decaying to 0.01x, clipping at 1, TrXL's cache 450 = 3 x 150 steps
+(``rate_jax.variant``'s default)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,7 +271,7 @@ QUICK = TMazeStudyConfig(
     check_corridor=58, eval_slots=16)
 # The authors' T-Maze RATE (run_experiments/TMaze.sh): 10 layers, d 64, 4 heads x 32, no FFN,
 # m = 15, no cache, MRV with 2 heads and ReLU, K = 50, N = 3, batch 128, lr 3e-4, wd 0.01; DT, RMT and TrXL
-# on the script's own baseline line (BaselineLine). QUICK keeps every model on RATE's line.
+# on the script's own baseline line (AUTHORS_BASELINES). QUICK keeps every model on RATE's line.
 FULL = TMazeStudyConfig(
     base=rate_jax.ModelConfig(segment_len=50, n_layer=10, d_model=64, n_head=4, d_head=32, d_inner=0,
                               num_mem_tokens=15, mem_len=0, n_head_ca=2, dropout=0.2),

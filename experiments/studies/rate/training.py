@@ -28,6 +28,34 @@ METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl", "RATE-
 
 
 @dataclasses.dataclass(frozen=True)
+class BaselineLine:
+    """The hyper-parameters the authors' script gives some baselines (``variants``) where they differ
+    from RATE's line; a field left None keeps RATE's. ``num_mem_tokens`` applies to a variant that has
+    memory tokens (RMT), not to one without (DT, TrXL)."""
+
+    variants: tuple[str, ...]
+    n_layer: int | None = None
+    n_head: int | None = None
+    d_inner: int | None = None
+    dropatt: float | None = None
+    num_mem_tokens: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    weight_decay: float | None = None
+
+    def apply(self, name: str, cfg: rate_jax.TrainConfig) -> rate_jax.TrainConfig:
+        """``cfg`` of model ``name`` on this line if ``name`` is one of ``variants``, else unchanged."""
+        if name not in self.variants:
+            return cfg
+        pick = lambda names: {k: getattr(self, k) for k in names if getattr(self, k) is not None}  # noqa: E731
+        model = pick(("n_layer", "n_head", "d_inner", "dropatt"))
+        if cfg.model.num_mem_tokens > 0:
+            model.update(pick(("num_mem_tokens",)))
+        return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **model),
+                                   **pick(("batch_size", "learning_rate", "weight_decay")))
+
+
+@dataclasses.dataclass(frozen=True)
 class Budget:
     """How a RATE study trains each model (``rate.popgym``, ``rate.minigrid_memory``):
     ``num_steps`` optimiser steps in ``chunks`` checkpointed chunks, batches of ``batch_size``
