@@ -14,7 +14,7 @@ from uat_jax import markets_data
 
 TINY_SETS = ['size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horizon": 8, "batch_size": 2, '
              '"epochs": 2, "eval_episodes": 1, "d_u": 4}',
-             "synthetic_days=240"]
+             "synthetic_days=240", 'models=["uat", "vt", "adt", "no_kv"]']
 TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "2"]
 
 
@@ -25,7 +25,9 @@ def _csv(path):
 
 def test_presets():
     assert study.FULL.size == study.markets.TABLE3 and study.FULL.seeds == 3 and study.FULL.lr == 2e-3
-    assert study.FULL.models == study.MODELS and study.FULL.runs == (*study.MODELS, study.NULL, study.NULL_VT)
+    assert study.FULL.models == (*study.MODELS, *study.ABLATIONS)  # Table 5 C beside Table 1 C
+    assert study.FULL.runs == (*study.MODELS, *study.ABLATIONS, study.NULL, study.NULL_VT)
+    assert study.PAPER["sharpe_no_kv_HSI"] == 0.487 and study.PAPER["sharpe_no_kv"] == pytest.approx((0.972 + 0.487 + 0.367) / 3)
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
     assert study.QUICK.runs == ("uat", "vt", "adt", study.NULL, study.NULL_VT)
     assert study.QUICK.ue_lr == study.FULL.ue_lr == 2e-2  # Table 3's rate of the encoder and W_rho
@@ -41,6 +43,7 @@ def test_configure_passes_the_studys_rates_on():
 @pytest.mark.parametrize("field, value, message", [
     ("models", ["uat", "adt"], "models must"),
     ("models", ["uat", "vt", "vt"], "models must"),
+    ("models", ["uat", "vt", "no_such_ablation"], "models must"),
     ("lr", 0.0, "lr must"),
     ("ue_lr", -1.0, "ue_lr must"),
     ("expert_temperature", -1.0, "expert_temperature must"),
@@ -181,7 +184,8 @@ def test_tiny_run_on_synthetic_markets_and_on_a_data_folder(tmp_path):
     assert [c["name"] for c in result["checks"]] == [c.name for c in study.CLAIMS]
     assert all(np.isfinite(c["value"]) for c in result["checks"])
     rows = _csv(folder / "markets.csv")
-    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", "adt", study.NULL, study.NULL_VT)
+    assert {(r["model"], r["market"]) for r in rows} == {(m, x) for m in ("uat", "vt", "adt", "no_kv", study.NULL,
+                                                                          study.NULL_VT)
                                                          for x in ("CSI300", "DJIA", "HSI")}
     assert (folder / "markets.png").exists() and len(_csv(folder / "gates.csv")) == 3 * 4 * 2
     # the null-returns claim's control, trained: VT is feedback-blind, so zeroed returns change nothing on any seed

@@ -16,7 +16,7 @@ TINY_SETS = ['size={"d_model": 8, "n_heads": 2, "d_ff": 8, "n_layers": 1, "horiz
              'data={"min_user_interactions": 20, "min_item_ratings": 5, "max_users": 25, "horizon": 10, '
              '"n_regimes": 3, "min_segments": 2, "max_segments": 3, "min_segment_len": 3, "n_negatives": 20}',
              'synthetic={"n_users": 40, "n_items": 150, "min_len": 40, "max_len": 60, "light_len": [5, 15]}',
-             "delays=[0, 1, 3]"]
+             "delays=[0, 1, 3]", 'models=["uat", "vt", "adt", "no_kv"]']
 TINY = [arg for s in TINY_SETS for arg in ("--set", s)] + ["--seeds", "2"]
 NOISE = np.array([0.0, 0.02, -0.02, 0.01])  # per seed, shared by every model and condition (paired by seed)
 
@@ -28,11 +28,11 @@ def _csv(path):
 
 def test_presets():
     assert study.FULL.size == study.recsys.TABLE3 and study.FULL.seeds == 3 and study.FULL.lr == 1e-3
-    assert study.FULL.models == study.MODELS and study.FULL.delays == (0, 1, 3, 5, 10)
+    assert study.FULL.models == (*study.MODELS, *study.ABLATIONS) and study.FULL.delays == (0, 1, 3, 5, 10)
     assert study.FULL.corruptions == ("null", "shuffled", "adversarial") and study.FULL.data == recsys_data.RecsysConfig()
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
     assert study.QUICK.reported == (*study.CHECKED, "sasrec", "bert4rec")
-    assert study.FULL.reported == (*study.MODELS, "sasrec", "bert4rec")
+    assert study.FULL.reported == (*study.MODELS, *study.ABLATIONS, "sasrec", "bert4rec")
     # --set bert4rec=false (or sasrec=false) drops the row: no program, no metrics, no row
     assert configs.apply(study.QUICK, [("bert4rec", False)]).reported == (*study.CHECKED, "sasrec")
     assert configs.apply(study.QUICK, [("sasrec", False)]).reported == (*study.CHECKED, "bert4rec")
@@ -134,8 +134,10 @@ def test_tiny_run_on_synthetic_files_and_on_a_data_folder(tmp_path):
                                      "lo": 0.0, "hi": 0.0, "n": 2}
     assert {r["condition"] for r in _csv(folder / "recsys.csv")} == {"d1", "d0", "d3", "d1_null"}
     rows = _csv(folder / "recsys.csv")
-    # UAT and VT x 4 conditions, A-DT, SASRec, BERT4Rec
-    assert len(rows) == (4 * 2 + 3) * 2 and (folder / "recsys.png").exists()
+    # UAT and VT x 4 conditions, A-DT, the no-KV ablation (main condition, Table 5 D beside it), SASRec, BERT4Rec
+    assert len(rows) == (4 * 2 + 4) * 2 and (folder / "recsys.png").exists()
+    assert {r["condition"] for r in rows if r["model"] == "no_kv"} == {"d1"}
+    assert result["paper"]["hr@10_no_kv"] == 0.294 and np.isfinite(result["metrics"]["hr@10_no_kv"])
     assert [r["model"] for r in rows][-4:] == ["sasrec"] * 2 + ["bert4rec"] * 2
     assert all(0.0 <= float(r["hr@10"]) <= 1.0 for r in rows[-4:])
     assert np.isfinite(result["metrics"]["hr@10_bert4rec"]) and np.isfinite(result["metrics"]["ndcg@10_bert4rec"])

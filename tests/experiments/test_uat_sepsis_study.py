@@ -23,9 +23,9 @@ def _csv(path):
 def test_presets():
     assert study.FULL.size.horizon == 90 and study.FULL.size.dropout == 0.2 and study.FULL.size.ema_decay == 0.8
     assert (study.FULL.size.d_model, study.FULL.size.n_layers, study.FULL.size.batch_size) == (64, 3, 256)
-    assert study.FULL.models == study.MODELS and study.QUICK.models == study.CHECKED
+    assert study.FULL.models == (*study.MODELS, *study.ABLATIONS) and study.QUICK.models == study.CHECKED
     assert study.FULL.null_rewards and study.QUICK.null_rewards and study.QUICK.size.horizon == 60
-    assert study.FULL.rows == (*study.MODELS, study.NULL, "iql", "tent", "cotta")
+    assert study.FULL.rows == (*study.MODELS, *study.ABLATIONS, study.NULL, "iql", "tent", "cotta")
     assert dataclasses.replace(study.QUICK, null_rewards=False).rows == (*study.CHECKED, "iql", "tent", "cotta")
     assert study.QUICK.iql.steps < study.FULL.iql.steps and study.FULL.iql == study.iql.IqlConfig()
     assert study.QUICK.stream == study.FULL.stream == seeds.JUDGED
@@ -34,6 +34,7 @@ def test_presets():
 @pytest.mark.parametrize("field, value, message", [
     ("models", ["uat", "vt", "dt"], "models must"),
     ("models", ["uat", "vt", "adt", "adt"], "models must"),
+    ("models", ["uat", "vt", "adt", "no_such_ablation"], "models must"),
     ("adapt", ["tent", "bn"], "adapt must"),
     ("adapt_batch", 5, "adapt_batch must"),
     ("offline", ["iql", "sac"], "offline must"),
@@ -72,7 +73,8 @@ def _arrays(cfg, acc: dict, post: dict):
 
 NOISE = np.array([0.0, 0.01, -0.01, 0.005])  # per seed, shared by every model (the arms are paired by seed)
 LEVELS = {"uat": (0.75, 0.55), "vt": (0.6, 0.4), "adt": (0.7, 0.5), "dt": (0.65, 0.475), "tent": (0.6, 0.425),
-          "cotta": (0.55, 0.4), "uat_null": (0.6, 0.4), "iql": (0.65, 0.4)}  # (overall, post-shift) seed means
+          "cotta": (0.55, 0.4), "uat_null": (0.6, 0.4), "iql": (0.65, 0.4),
+          "no_kv": (0.62, 0.41)}  # (overall, post-shift) seed means
 
 
 def _levels(**changes):
@@ -187,8 +189,9 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "replay_grid", fake_replay_grid)
     out = tmp_path / "run"
     assert cli.main(["run", "uat.sepsis", "--quick", "--seeds", "4", "--set", "sim.obs_noise=50",
-                     "--set", "sim.resistance_decay=1", "--out", str(out)]) == 0
-    assert calls["train"] == ("sepsis", "sepsis", ["adt", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
+                     "--set", "sim.resistance_decay=1", "--set", 'models=["uat", "vt", "adt", "no_kv"]',
+                     "--out", str(out)]) == 0
+    assert calls["train"] == ("sepsis", "sepsis", ["adt", "no_kv", "uat", "vt"], ["cotta", "tent"], ("uat",), 60)
     assert calls["replay"] == ("sepsis_gate", [0, 1, 2, 3], ["uat"])  # the clean task's seeds
     assert calls["uat_labels"] == ["sepsis", "sepsis, null rewards"]
     assert calls["knobs"] == (50.0, 1.0, 10.0)  # the simulator knobs set, the others at their defaults
@@ -203,6 +206,9 @@ def test_cli_run_end_to_end_on_planted_training_outputs(tmp_path, monkeypatch):
     null = [r for r in rows if r["model"] == "uat_null"]
     assert [float(r["post_shift"]) for r in null] == pytest.approx(0.4 + NOISE)
     assert [float(r["post_shift"]) for r in rows if r["model"] == "iql"] == pytest.approx(0.4 + NOISE)
+    table = {r["model"]: r for r in _csv(folder / "table.csv")}  # a Table 4 ablation is one more row, Table 5 beside it
+    assert float(table["no_kv"]["post_shift"]) == pytest.approx(0.41 + NOISE.mean())
+    assert (float(table["no_kv"]["accuracy_paper"]), float(table["no_kv"]["post_shift_paper"])) == (0.671, 0.402)
     assert {c["verdict"] for c in result["checks"]} == {"PASS"}
     assert {c["control"]["verdict"] for c in result["checks"]} == {"FAIL"}
     curve_models = {r["model"] for r in _csv(folder / "curves.csv") if r["critic_loss"]}

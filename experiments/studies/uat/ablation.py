@@ -35,6 +35,9 @@ gradual: UAT 0.873, no-KV 0.506, no-reward 0.395; no-Q 0.872, no-bias 0.871, lin
 A check is made for each of these variants listed in ``variants`` (all of them in
 both presets; the last check needs both no-action and no-reward).
 
+Table 5's other domains (B, C, D) are rows of ``uat.sepsis``, ``uat.markets`` and ``uat.recsys``: the
+same variants as members of each study's family program (their FULL presets; ``models`` at quick size).
+
 Judged quick run (stream 0, once, 3 seeds): 3 pass, 3 inconclusive. UAT - no-KV +0.175 [-0.567, 0.917]
 (INCONCLUSIVE: one seed's no-KV reaches UAT, as on the screening seeds earlier; about 560 seeds at this
 spread), UAT - no-reward +0.414 [0.191, 0.637] PASS, no-Q -0.001 and no-bias +0.002 within 0 +- 0.05 PASS,

@@ -53,6 +53,10 @@ how each could fail:
   (segments of >= 6 steps). It fails if the gap does not fall with the delay.
 
 Quick size: see ``QUICK`` below (screened on stream 1, disjoint from the judged stream 0).
+
+Table 5 on this domain: ``models`` may also name the Table 4 ablations of UAT (``uat_jax.config.ABLATIONS``);
+they join the switched-family program as more members and are reported rows beside Table 5's values, in
+no check. FULL trains all six; at the quick size, e.g. ``--set 'models=[..., "no_kv", "no_reward"]'``.
 """
 from __future__ import annotations
 
@@ -65,11 +69,13 @@ from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.studies.uat.training import train_models
 from uat_jax import bert4rec, cells, recsys, recsys_data, sasrec
-from uat_jax.config import KINDS
+from uat_jax.config import ABLATIONS, KINDS
 
 PAPER_TABLE1 = {"uat": (0.341, 0.155), "vt": (0.296, 0.135), "gtrxl": (0.311, 0.142), "dt": (0.339, 0.155),
                 "adt": (0.337, 0.154), "sasrec": (0.281, 0.129),
-                "bert4rec": (0.160, 0.073)}  # Table 1, Domain D: HR@10, NDCG@10
+                "bert4rec": (0.160, 0.073),  # Table 1, Domain D: HR@10, NDCG@10
+                "no_action": (0.341, 0.154), "no_reward": (0.293, 0.134), "linear": (0.340, 0.155),
+                "no_q": (0.339, 0.155), "no_kv": (0.294, 0.134), "no_bias": (0.336, 0.154)}  # Table 5 D
 PAPER = {**{f"hr@10_{m}": v[0] for m, v in PAPER_TABLE1.items()},
          **{f"ndcg@10_{m}": v[1] for m, v in PAPER_TABLE1.items()},
          "gap_d0": 0.054, "gap_d5": 0.014}  # section 6.3, Figure 1: UAT - VT HR@10 by delay
@@ -131,8 +137,9 @@ class RecsysStudyConfig:
         seeds.check_stream(self.stream)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not set(CHECKED) <= set(self.models) <= set(KINDS) or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models must be distinct names from {KINDS} including {CHECKED}, got {self.models}")
+        names = KINDS + ABLATIONS  # a kind, or a Table 4 ablation of UAT (Table 5 D)
+        if not set(CHECKED) <= set(self.models) <= set(names) or len(set(self.models)) != len(self.models):
+            raise ValueError(f"models must be distinct names from {names} including {CHECKED}, got {self.models}")
         if (MAIN_DELAY not in self.delays or len(set(self.delays)) != len(self.delays)
                 or not all(isinstance(d, int) and 0 <= d < self.size.horizon for d in self.delays)):
             raise ValueError(f"delays must be distinct integers in [0, size.horizon = {self.size.horizon}) including "
@@ -164,7 +171,7 @@ def condition_name(delay: int, corruption: str) -> str:
     return f"d{delay}" if corruption == "clean" else f"d{delay}_{corruption}"
 
 
-FULL = RecsysStudyConfig()
+FULL = RecsysStudyConfig(models=(*MODELS, *ABLATIONS))  # Table 1 D and Table 5 D: the ablations join the family
 # Quick size, chosen on the SCREENING stream (stream=1, 2 seeds) before any judged run. The synthetic
 # catalogue is smaller and denser than the default (220 items after filters lowered to 53 interactions per
 # user, T + 3, and 20 ratings per item; 282 users), so each item is seen often enough at a CPU budget.

@@ -62,6 +62,10 @@ observations explain 79% of the dense reward's variance). At 150 epochs two stay
 differences to A-DT after a switch and to VT overall; the screening spread puts them at about 85 and 9 seeds
 (``QUICK``), beyond both presets (FULL's 3 seeds included). The quick size now trains 100 epochs (the same verdicts
 on the screening seeds); its judged run: 1 FAIL, 4 INCONCLUSIVE, every difference within 0.01 of 0.
+
+Table 5 on this domain: ``models`` may also name the Table 4 ablations of UAT (``uat_jax.config.ABLATIONS``);
+they join the switched-family program as more members and are reported rows beside Table 5's values, in
+no check. FULL trains all six; at the quick size, e.g. ``--set 'models=[..., "no_kv", "no_reward"]'``.
 """
 from __future__ import annotations
 
@@ -74,13 +78,16 @@ from experiments import checks, io
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.studies.uat.training import check_models_and_adaptation, replay_grid, train_grid, train_models
 from uat_jax import cells, domains, iql, sepsis, tta
+from uat_jax.config import ABLATIONS
 from uat_jax.rollout import steps_since_switch
 from uat_jax.schedules import SCHEDULES
 from uat_jax.train import Task
 
 PAPER_ACC = {"uat": (0.808, 0.599), "vt": (0.700, 0.408), "gtrxl": (0.636, 0.413), "tent": (0.675, 0.493),
              "cotta": (0.675, 0.493), "dt": (0.706, 0.442), "adt": (0.667, 0.414),
-             "iql": (0.712, 0.425)}  # Table 1 B: overall, post
+             "iql": (0.712, 0.425),  # Table 1 B: overall, post
+             "no_action": (0.793, 0.589), "no_reward": (0.706, 0.439), "linear": (0.740, 0.485),
+             "no_q": (0.807, 0.591), "no_kv": (0.671, 0.402), "no_bias": (0.793, 0.583)}  # Table 5 B
 PAPER = {f"{metric}_{m}": v for m, row in PAPER_ACC.items() for metric, v in zip(("acc", "post"), row)}
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
@@ -140,7 +147,7 @@ class SepsisConfig:
     sim: sepsis.Knobs = sepsis.Knobs()  # the simulator's knobs (``--set sim.obs_noise=...``, ``--sweep``)
 
     def __post_init__(self):
-        check_models_and_adaptation(self, CHECKED)
+        check_models_and_adaptation(self, CHECKED, extra=ABLATIONS)
         sepsis.check_schedule(self.size.horizon, self.sim.min_segments, self.sim.max_segments,
                               self.sim.min_segment_len)
         if not set(self.offline) <= set(OFFLINE) or len(set(self.offline)) != len(self.offline):
@@ -157,7 +164,7 @@ class SepsisConfig:
         return self.trained + self.adapt
 
 
-FULL = SepsisConfig()
+FULL = SepsisConfig(models=(*MODELS, *ABLATIONS))  # Table 1 B and Table 5 B: the ablations join the family program
 # Quick size: chosen for time, not tuned (DT-style, whose program alone took as long as the rest, trains at full
 # size only). First size, T = 90 with UAT fed null rewards: screening seeds (stream 1) UAT 0.467 / 0.286 (overall /
 # post-shift), VT 0.513 / 0.376, A-DT 0.495 / 0.363, DT-style 0.510 / 0.385, TENT and CoTTA at VT's, every check
