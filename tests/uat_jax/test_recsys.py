@@ -143,3 +143,27 @@ def test_bad_configs(data):
     cfg = recsys.train_config(dataclasses.replace(SIZE, batch_size=1000), data.n_items, kind="vt")
     with pytest.raises(ValueError, match="training windows"):
         recsys.make_train(cfg)(jax.random.key(0), recsys.RecsysTask.make(1), recsys.data_arrays(data))
+
+
+def test_fit_draws_each_epochs_rows_and_key_and_steps_on_the_loss():
+    """The shared Domain D loop: epoch i gets B distinct rows drawn from split(keys.run, epochs)[i] and the key
+    fold_in(keys.epochs, i); params move by the optimiser on loss_fn's gradient; the loss and aux come back per
+    epoch; a batch larger than the windows is refused."""
+    cfg = dataclasses.replace(recsys.train_config(dataclasses.replace(SIZE, batch_size=3, epochs=4), 20), lr=0.1)
+    keys = CellKeys.of(jax.random.key(7))
+    target = jnp.arange(5.0)
+
+    def loss_fn(params, rows, key):
+        return jnp.sum((params["w"] - target) ** 2), (rows, jax.random.key_data(key))
+
+    params, loss, (rows, key_data) = jax.jit(lambda p: recsys.fit(cfg, p, keys, 10, loss_fn))({"w": jnp.zeros(5)})
+    runs = jax.random.split(keys.run, 4)
+    for i in range(4):
+        want = jax.random.choice(runs[i], 10, (3,), replace=False)
+        np.testing.assert_array_equal(rows[i], want)
+        assert len(set(np.asarray(rows[i]).tolist())) == 3
+        np.testing.assert_array_equal(key_data[i], jax.random.key_data(jax.random.fold_in(keys.epochs, i)))
+    assert loss[0] == pytest.approx(float(jnp.sum(target ** 2))) and bool(jnp.all(jnp.diff(loss) < 0))
+    assert float(jnp.sum((params["w"] - target) ** 2)) < float(loss[-1])  # the last step was applied
+    with pytest.raises(ValueError, match="batch_size"):
+        recsys.fit(cfg, {"w": jnp.zeros(5)}, keys, 2, loss_fn)

@@ -74,9 +74,9 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import train_models
+from experiments.studies.uat.training import check_models, train_models
 from uat_jax import cells, markets, markets_data
-from uat_jax.config import ABLATIONS, KINDS
+from uat_jax.config import ABLATIONS
 
 MARKETS = ("DJIA", "HSI", "CSI300")
 PAPER_TABLE1 = {"uat": (1.071, 0.554, 0.473), "vt": (1.036, 0.243, 0.383), "gtrxl": (1.030, 0.290, 0.463),
@@ -88,7 +88,6 @@ PAPER.update({f"sharpe_{m}": float(np.mean(row)) for m, row in PAPER_TABLE1.item
 
 MODELS = ("uat", "vt", "adt", "dt", "gtrxl")
 CHECKED = ("uat", "vt")
-NAMES = KINDS + ABLATIONS  # a model of ``models``: a kind, or a Table 4 ablation of UAT (Table 5 C)
 NULL = "uat_null"  # UAT trained and evaluated with the fed returns zeroed
 SYNTHETIC = (("DJIA", 30, "yahoo"), ("HSI", 45, "yahoo"), ("CSI300", 30, "akshare"))
 """The synthetic markets (name, assets, layout): the sizes of Table 2."""
@@ -153,8 +152,7 @@ class MarketsStudyConfig:
         for name in ("lr", "ue_lr", "expert_temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not set(CHECKED) <= set(self.models) <= set(NAMES) or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models must be distinct names from {NAMES} including {CHECKED}, got {self.models}")
+        check_models(self.models, CHECKED, extra=ABLATIONS)  # a kind, or a Table 4 ablation of UAT (Table 5 C)
         if self.data_dir is not None and not Path(self.data_dir).is_dir():
             raise ValueError(f"data_dir {self.data_dir!r} is not a folder (expected one sub-folder of OHLCV CSVs "
                              "per market, e.g. data_dir/DJIA/AAPL.csv)")

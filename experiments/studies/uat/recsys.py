@@ -67,9 +67,9 @@ import numpy as np
 
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
-from experiments.studies.uat.training import train_models
+from experiments.studies.uat.training import check_models, train_models
 from uat_jax import bert4rec, cells, recsys, recsys_data, sasrec
-from uat_jax.config import ABLATIONS, KINDS
+from uat_jax.config import ABLATIONS
 
 PAPER_TABLE1 = {"uat": (0.341, 0.155), "vt": (0.296, 0.135), "gtrxl": (0.311, 0.142), "dt": (0.339, 0.155),
                 "adt": (0.337, 0.154), "sasrec": (0.281, 0.129),
@@ -137,9 +137,7 @@ class RecsysStudyConfig:
         seeds.check_stream(self.stream)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        names = KINDS + ABLATIONS  # a kind, or a Table 4 ablation of UAT (Table 5 D)
-        if not set(CHECKED) <= set(self.models) <= set(names) or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models must be distinct names from {names} including {CHECKED}, got {self.models}")
+        check_models(self.models, CHECKED, extra=ABLATIONS)  # a kind, or a Table 4 ablation of UAT (Table 5 D)
         if (MAIN_DELAY not in self.delays or len(set(self.delays)) != len(self.delays)
                 or not all(isinstance(d, int) and 0 <= d < self.size.horizon for d in self.delays)):
             raise ValueError(f"delays must be distinct integers in [0, size.horizon = {self.size.horizon}) including "

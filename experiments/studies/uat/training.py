@@ -36,16 +36,21 @@ from uat_jax.model import DecisionTransformer, init_params
 from uat_jax.train import Task
 
 
+def check_models(models: tuple[str, ...], required: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
+    """Raise unless ``models`` are distinct kinds (``uat_jax.config.KINDS``) or names of ``extra`` (a Table 4
+    ablation, a study's own model), including ``required``."""
+    names = KINDS + extra
+    if not set(required) <= set(models) <= set(names) or len(set(models)) != len(models):
+        raise ValueError(f"models must be distinct names from {names} including {required}, got {models}")
+
+
 def check_models_and_adaptation(cfg, required: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
-    """Validate a study config's ``seeds``, ``stream``, ``models`` (distinct kinds, or names of ``extra``,
-    including ``required``), ``adapt`` (distinct ``uat_jax.tta`` methods) and ``adapt_batch`` (a divisor of
-    ``size.eval_episodes``)."""
+    """Validate a study config's ``seeds``, ``stream``, ``models`` (:func:`check_models`), ``adapt`` (distinct
+    ``uat_jax.tta`` methods) and ``adapt_batch`` (a divisor of ``size.eval_episodes``)."""
     if cfg.seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
     seeds.check_stream(cfg.stream)
-    names = KINDS + extra
-    if not set(required) <= set(cfg.models) <= set(names) or len(set(cfg.models)) != len(cfg.models):
-        raise ValueError(f"models must be distinct names from {names} including {required}, got {cfg.models}")
+    check_models(cfg.models, required, extra)
     if not set(cfg.adapt) <= set(tta.METHODS) or len(set(cfg.adapt)) != len(cfg.adapt):
         raise ValueError(f"adapt must be distinct names from {tuple(tta.METHODS)}, got {cfg.adapt}")
     if not (cfg.adapt_batch >= 1 and cfg.size.eval_episodes % cfg.adapt_batch == 0):
