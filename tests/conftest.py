@@ -23,6 +23,11 @@ import tempfile
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
                                    "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# XLA's older partitioner (GSPMD) instead of JAX's default, Shardy: the two partition a program alike, and
+# Shardy's pass alone took 11 of the 36 s that XLA spent compiling uat.darkroom's tiny run on four devices
+# (the suite on 2 workers: 15 min 43 s -> 13 min 40 s on 2026-12-07). A test in test_harness_sweep.py runs
+# a sharded sweep under Shardy and compares its bits with this session's.
+os.environ.setdefault("JAX_USE_SHARDY_PARTITIONER", "false")
 
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:

@@ -77,4 +77,5 @@ if __name__ == "__main__":
         distributed.initialize(args.coordinator, args.num_processes, args.process_id, 60)
     res = run(args.ckpt, args.resume, args.sleep)
     if distributed.is_writer():
-        io.save_npz(args.out, devices=np.int64(jax.device_count()), resumed=np.int64(res.resumed_chunks), **res.outputs)
+        io.save_npz(args.out, devices=np.int64(jax.device_count()), shardy=np.bool_(jax.config.jax_use_shardy_partitioner),
+                    resumed=np.int64(res.resumed_chunks), **res.outputs)

@@ -115,6 +115,17 @@ def test_sweep_map_same_bits_on_one_device(tmp_path, reference):
         _assert_trees_equal({k: one[k] for k in reference}, reference)
 
 
+def test_sweep_map_same_bits_under_either_partitioner(tmp_path, reference):
+    """The tests compile with GSPMD (tests/conftest.py); JAX's default partitioner, Shardy, gives the same bits."""
+    assert not jax.config.jax_use_shardy_partitioner
+    out = tmp_path / "shardy.npz"
+    env = {**_env(4), "JAX_USE_SHARDY_PARTITIONER": "true"}
+    subprocess.run([sys.executable, str(WORKER), str(out)], env=env, cwd=REPO, check=True, capture_output=True)
+    with np.load(out) as shardy:
+        assert int(shardy["devices"]) == 4 and bool(shardy["shardy"])
+        _assert_trees_equal({k: shardy[k] for k in reference}, reference)
+
+
 def test_sweep_map_kill_and_resume(tmp_path, reference):
     """Killed on one device after its first checkpoint, resumed here on four."""
     ckpt = tmp_path / "ckpt"
