@@ -60,7 +60,8 @@ def _files(folder: pathlib.Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("study, sets", [
     ("pmd.reversal", ["--set", "eta_steps=120"]),
-    ("regret.ftrl_match", ["--set", "train.num_steps=20", "--seeds", "3"]),
+    ("regret.ftrl_match", ["--set", "train.num_steps=20", "--seeds", "3", "--set", "heldout_sequences=100",
+                           "--set", "scan_sequences=1000"]),
 ])
 def test_two_processes_write_the_files_of_one(tmp_path, study, sets):
     argv = [sys.executable, "-m", "experiments", "run", study, "--quick", *sets]

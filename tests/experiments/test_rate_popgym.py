@@ -80,6 +80,9 @@ def test_summarize_margins_by_hand():
     assert m["rate_minus_dt_repeat_previous"] == pytest.approx(0.1)
     assert m["rate_minus_dt_count_recall"] == pytest.approx(0.5)  # RATE -0.4 against DT -0.9
     assert m["rate_minus_dt_mean_return"] == pytest.approx(0.3) and m["rate_noise_repeat_previous"] == 0.7
+    # POPGym's normalised score: the sum over the tasks of the mean return (RATE 0.9 - 0.4, DT 0.8 - 0.9)
+    assert m["rate_normalised_score"] == pytest.approx(0.5) and m["dt_normalised_score"] == pytest.approx(-0.1)
+    assert m["rate_mean_return"] == pytest.approx(0.25) and m["random_normalised_score"] == pytest.approx(-1.4)
     c = {k.name: k for k in summary.checks}
     assert list(c) == ["rate_minus_dt_repeat_previous", "rate_minus_dt_count_recall", "rate_minus_dt_mean_return"]
     assert all(k.verdict == "PASS" and k.n == 4 and k.unit == "seed" for k in c.values())
@@ -88,6 +91,18 @@ def test_summarize_margins_by_hand():
     assert c["rate_minus_dt_repeat_previous"].control.value == pytest.approx(-0.1)
     arrays["returns"]["repeat_previous"]["RATE"] = np.full((4, 4), 0.82)  # 0.02 < 0.05 on every seed
     assert [k.verdict for k in study.summarize(config, arrays).checks] == ["FAIL", "PASS", "PASS"]
+
+
+def test_the_papers_normalised_scores_are_sums_over_tasks():
+    """The paper's POPGym rows (all 48 tasks, the 15 reactive, the 33 memory) add up as sums of per-task
+    scores do, and not as means; PAPER's per-task figures are the memory subset's sums over its 33 tasks."""
+    all48, reactive15 = {"rate": 9.5, "dt": 5.8, "bc_lstm": 9.0}, {"rate": 9.1, "dt": 9.3, "bc_lstm": 9.1}
+    for model, memory33 in study.PAPER_SCORES.items():
+        assert abs(reactive15[model] + memory33 - all48[model]) <= 0.1 + 1e-9, model  # rounded to 0.1
+        assert abs((15 * reactive15[model] + 33 * memory33) / 48 - all48[model]) > 3, model  # not means
+        assert study.PAPER[f"{model}_mean_return"] == pytest.approx(memory33 / 33)
+    assert study.PAPER["rate_minus_dt_mean_return"] == pytest.approx(4.0 / 33)
+    assert study.MEAN_CLAIM.paper == study.PAPER["rate_minus_dt_mean_return"]
 
 
 def test_memory_noise_control_fails_every_claim():
