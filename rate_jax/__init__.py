@@ -7,12 +7,12 @@ Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXi
 ``attention`` (Transformer-XL relative attention), ``mrv`` (Memory Retention Valve),
 ``model`` (segment processing and recurrence), ``tmaze`` (environment), ``popgym`` (POPGym
 memory tasks: RepeatPrevious, Autoencode, CountRecall, with oracle datasets), ``minigrid_memory``
-(MiniGrid's Memory task, oracle and datasets), ``tasks`` (those two as training data and
+(MiniGrid's Memory task, oracle and datasets), ``bc_lstm`` (the BC-LSTM baseline), ``tasks`` (those two as training data and
 evaluation environments), ``dataset``
 (oracle data), ``train`` (``make_train``; ``make_chunk`` for chunked runs), ``evaluate`` (online success rate),
 ``retention`` (the MRV retention bound and its assumptions).
 """
-from rate_jax import minigrid_memory, popgym, tasks, tmaze
+from rate_jax import bc_lstm, minigrid_memory, popgym, tasks, tmaze
 from rate_jax.config import DT_CONTEXTS, MRV_ACTIVATIONS, VARIANTS, ModelConfig, variant
 from rate_jax.dataset import Trajectories, generate, mirror, sample_corridor_lengths, segment_corridor_lengths
 from rate_jax.evaluate import (EvalResult, PackedResult, Schedule, make_env_evaluate, make_evaluate,
@@ -29,7 +29,7 @@ from rate_jax.train import (STEP_METRICS, ChunkedRun, TrainConfig, TrainMetrics,
 __all__ = [
     "DT_CONTEXTS", "MRV", "MRV_ACTIVATIONS", "RATE", "STEP_METRICS", "VARIANTS", "Carry", "ChunkedRun", "DecodeState", "EvalResult", "ModelConfig",
     "PackedResult", "Schedule", "Segment", "SegmentOutput", "TrainConfig", "TrainMetrics", "TrainState", "Trajectories", "alignment_alpha",
-    "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
+    "bc_lstm", "bptt_loss", "cosines", "counterexample", "cue_separation", "generate", "init_chunked", "init_state",
     "make_chunk", "make_env_evaluate", "make_evaluate", "make_packed_evaluate", "make_sliding_evaluate", "make_train", "make_update", "make_validate", "masked_cross_entropy", "minigrid_memory", "mirror",
     "mrv_activation", "mrv_convex_form", "mrv_update", "no_anti_alignment", "normalize_rows", "popgym", "retention_bound",
     "retention_ratio", "sample_corridor_lengths", "sample_instances", "segment_corridor_lengths", "segment_mask",

@@ -157,16 +157,23 @@ def masked_cross_entropy(logits: jax.Array, actions: jax.Array, mask: jax.Array)
     return jnp.sum(ce * mask), jnp.sum(mask)
 
 
-def _optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    updates_per_batch = 1 if not config.detach_memory else config.num_segments
-    total = config.num_steps * updates_per_batch
-    warm = min(config.warmup_steps, total)
-    peak = config.learning_rate
+def warmup_adamw(peak: float, warmup_steps: int, total_steps: int, end_factor: float, weight_decay: float,
+                 grad_clip: float, beta1: float = 0.9, beta2: float = 0.999) -> optax.GradientTransformation:
+    """Global-norm clipping at ``grad_clip``, then AdamW whose learning rate rises linearly to
+    ``peak`` over ``warmup_steps`` updates and falls linearly to ``end_factor * peak`` at update
+    ``total_steps``: the RATE studies' optimiser, shared with their baselines (``rate_jax.bc_lstm``)."""
+    warm = min(warmup_steps, total_steps)
     schedule = optax.join_schedules(
         [optax.linear_schedule(peak / max(warm, 1), peak, max(warm, 1)),
-         optax.linear_schedule(peak, peak * config.lr_end_factor, max(total - warm, 1))], [warm])
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip),
-                       optax.adamw(schedule, config.beta1, config.beta2, weight_decay=config.weight_decay))
+         optax.linear_schedule(peak, peak * end_factor, max(total_steps - warm, 1))], [warm])
+    return optax.chain(optax.clip_by_global_norm(grad_clip),
+                       optax.adamw(schedule, beta1, beta2, weight_decay=weight_decay))
+
+
+def _optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    updates_per_batch = 1 if not config.detach_memory else config.num_segments
+    return warmup_adamw(config.learning_rate, config.warmup_steps, config.num_steps * updates_per_batch,
+                        config.lr_end_factor, config.weight_decay, config.grad_clip, config.beta1, config.beta2)
 
 
 def init_state(config: TrainConfig, key: jax.Array) -> TrainState:

@@ -61,20 +61,24 @@ def test_the_authors_detached_trainer_is_an_option_for_every_model():
     assert all(config.train_config("repeat_previous", v).detach_memory for v in ("RATE", "DT", "RMT", "TrXL"))
 
 
-def _arrays(config, rate, noise, dt, seeds=4):
-    """{task: per-seed mean return} of each arm, as compute returns them (4 episodes per seed)."""
+def _arrays(config, rate, noise, dt, seeds=4, bc_lstm=None):
+    """{task: per-seed mean return} of each arm, as compute returns them (4 episodes per seed); BC-LSTM
+    at ``bc_lstm`` (default: DT's returns)."""
     per = lambda v: np.repeat(np.asarray(v, float).reshape(-1, 1), 4, 1) if np.ndim(v) else np.full((seeds, 4), v)
-    returns = {t: {"RATE": per(rate[t]), study.NOISE: per(noise[t]), "DT": per(dt[t])} for t in config.tasks}
+    bc_lstm = dt if bc_lstm is None else bc_lstm
+    returns = {t: {"RATE": per(rate[t]), study.NOISE: per(noise[t]), "DT": per(dt[t]), study.BC_LSTM: per(bc_lstm[t])}
+               for t in config.tasks}
     return {"returns": returns, "random_return": {"repeat_previous": -0.5, "count_recall": -0.9},
             "val_accuracy": {t: {v: np.ones(seeds) for v in config.variants} for t in config.tasks},
-            "final_loss": {t: {v: np.zeros(seeds) for v in config.variants} for t in config.tasks}}
+            "final_loss": {t: {v: np.zeros(seeds) for v in (*config.variants, study.BC_LSTM)} for t in config.tasks}}
 
 
 def test_summarize_margins_by_hand():
     config = study.QUICK
     arrays = _arrays(config, rate={"repeat_previous": [0.9, 0.92, 0.88, 0.9], "count_recall": [-0.5, -0.3, -0.4, -0.4]},
                      noise={"repeat_previous": 0.7, "count_recall": -0.9}, dt={"repeat_previous": 0.8,
-                                                                                "count_recall": -0.9})
+                                                                                "count_recall": -0.9},
+                     bc_lstm={"repeat_previous": 1.0, "count_recall": -0.2})
     summary = study.summarize(config, arrays)
     m = summary.metrics
     assert m["rate_minus_dt_repeat_previous"] == pytest.approx(0.1)
@@ -83,14 +87,21 @@ def test_summarize_margins_by_hand():
     # POPGym's normalised score: the sum over the tasks of the mean return (RATE 0.9 - 0.4, DT 0.8 - 0.9)
     assert m["rate_normalised_score"] == pytest.approx(0.5) and m["dt_normalised_score"] == pytest.approx(-0.1)
     assert m["rate_mean_return"] == pytest.approx(0.25) and m["random_normalised_score"] == pytest.approx(-1.4)
+    # BC-LSTM reported beside them, not judged: score 1.0 - 0.2, RATE below it by 0.3 / 2 per task
+    assert m["bc_lstm_normalised_score"] == pytest.approx(0.8) and m["rate_minus_bc_lstm_mean_return"] == pytest.approx(-0.15)
+    assert m["rate_minus_bc_lstm_count_recall"] == pytest.approx(-0.2) and "bc_lstm_count_recall_val_accuracy" not in m
+    assert summary.tables["table"]["BC-LSTM"] == pytest.approx([1.0, -0.2])
     c = {k.name: k for k in summary.checks}
-    assert list(c) == ["rate_minus_dt_repeat_previous", "rate_minus_dt_count_recall", "rate_minus_dt_mean_return"]
-    assert all(k.verdict == "PASS" and k.n == 4 and k.unit == "seed" for k in c.values())
+    assert list(c) == ["rate_minus_dt_repeat_previous", "rate_minus_dt_count_recall", "rate_minus_dt_mean_return",
+                       "rate_minus_bc_lstm_mean_return"]
+    assert c["rate_minus_bc_lstm_mean_return"].verdict == "FAIL"  # -0.15 on every seed
+    assert c["rate_minus_bc_lstm_mean_return"].control.value == pytest.approx((0.7 - 1.0 - 0.9 + 0.2) / 2)
+    assert all(c[k].verdict == "PASS" and c[k].n == 4 and c[k].unit == "seed" for k in list(c)[:3])
     assert c["rate_minus_dt_count_recall"].lo == pytest.approx(0.5 - 3.182446 * np.std([-0.1, 0.1, 0, 0], ddof=1) / 2,
                                                                rel=1e-5)
     assert c["rate_minus_dt_repeat_previous"].control.value == pytest.approx(-0.1)
     arrays["returns"]["repeat_previous"]["RATE"] = np.full((4, 4), 0.82)  # 0.02 < 0.05 on every seed
-    assert [k.verdict for k in study.summarize(config, arrays).checks] == ["FAIL", "PASS", "PASS"]
+    assert [k.verdict for k in study.summarize(config, arrays).checks][:3] == ["FAIL", "PASS", "PASS"]
 
 
 def test_the_papers_normalised_scores_are_sums_over_tasks():
@@ -102,6 +113,7 @@ def test_the_papers_normalised_scores_are_sums_over_tasks():
         assert abs((15 * reactive15[model] + 33 * memory33) / 48 - all48[model]) > 3, model  # not means
         assert study.PAPER[f"{model}_mean_return"] == pytest.approx(memory33 / 33)
     assert study.PAPER["rate_minus_dt_mean_return"] == pytest.approx(4.0 / 33)
+    assert study.BC_LSTM_CLAIM.paper == study.PAPER["rate_minus_bc_lstm_mean_return"] == pytest.approx(0.7 / 33)
     assert study.MEAN_CLAIM.paper == study.PAPER["rate_minus_dt_mean_return"]
 
 
@@ -114,10 +126,11 @@ def test_memory_noise_control_fails_every_claim():
     rate = {"repeat_previous": [0.92, 0.93, 0.9, 0.92], "count_recall": [-0.5, -0.3, -0.4, -0.4]}
     dt = {"repeat_previous": [0.81, 0.8, 0.82, 0.81], "count_recall": [-0.9, -0.85, -0.95, -0.9]}
     noise = {"repeat_previous": [0.8, 0.82, 0.79, 0.81], "count_recall": [-0.88, -0.9, -0.92, -0.9]}
-    checks = study.summarize(config, _arrays(config, rate, noise, dt)).checks
-    assert [k.verdict for k in checks] == ["PASS"] * 3 and all(k.control.verdict == "FAIL" for k in checks)
-    powerless = study.summarize(config, _arrays(config, rate, rate, dt)).checks
-    assert [k.verdict for k in powerless] == ["NO POWER"] * 3
+    bc = {"repeat_previous": [0.85, 0.84, 0.86, 0.85], "count_recall": [-0.8, -0.75, -0.85, -0.8]}  # a memory, weaker
+    checks = study.summarize(config, _arrays(config, rate, noise, dt, bc_lstm=bc)).checks
+    assert [k.verdict for k in checks] == ["PASS"] * 4 and all(k.control.verdict == "FAIL" for k in checks)
+    powerless = study.summarize(config, _arrays(config, rate, rate, dt, bc_lstm=bc)).checks
+    assert [k.verdict for k in powerless] == ["NO POWER"] * 4
 
 
 def test_tiny_run_end_to_end(tmp_path, monkeypatch):
@@ -127,6 +140,7 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch):
     sliding, make = [], rate_jax.make_sliding_evaluate
     monkeypatch.setattr(rate_jax, "make_sliding_evaluate", lambda model, *a, **k: sliding.append(model) or make(model, *a, **k))
     argv = ["run", "rate.popgym", "--quick", "--out", str(tmp_path), *TINY, "--set", "training.detach_memory=true",
+            "--set", "training.chunks=2",
             "--set", "base.mem_len=6", "--set", 'variants=["RATE", "DT", "RATE-nocache"]']
     assert cli.main(argv) in (0, 1)
     assert len(sliding) == 1 and sliding[0].num_mem_tokens == sliding[0].mem_len == 0
@@ -134,12 +148,15 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch):
     result = json.loads((out / "result.json").read_text())
     assert result["config"]["training"]["detach_memory"] is True
     assert np.isfinite(result["metrics"]["rate_no_cache_repeat_previous"])
-    assert [c["name"] for c in result["checks"]] == ["rate_minus_dt_repeat_previous", "rate_minus_dt_mean_return"]
+    assert [c["name"] for c in result["checks"]] == ["rate_minus_dt_repeat_previous", "rate_minus_dt_mean_return",
+                                                     "rate_minus_bc_lstm_mean_return"]
     assert all(c["kind"] == "interval" and c["n"] == 1 and c["verdict"] == "INCONCLUSIVE" for c in result["checks"])
     m = result["metrics"]
     assert -1.0 <= m["rate_repeat_previous"] <= 1.0 and -1.0 <= m["random_repeat_previous"] < 0.0
     rows = list(csv.DictReader((out / "returns.csv").open()))
-    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", v) for v in ("RATE", "DT", "RATE-nocache", study.NOISE)}
+    assert {(r["task"], r["model"]) for r in rows} == {("repeat_previous", v) for v in
+                                                       ("RATE", "DT", "RATE-nocache", study.BC_LSTM, study.NOISE)}
+    assert -1.0 <= m["bc_lstm_repeat_previous"] <= 1.0
     assert (out / "returns.png").stat().st_size > 0
     with np.load(out / "popgym.npz") as npz:
         assert npz["return_repeat_previous_RATE"].shape == (1, 4)

@@ -1,4 +1,4 @@
-"""Study ``rate.popgym``: RATE against DT, RMT and TrXL on three POPGym memory tasks.
+"""Study ``rate.popgym``: RATE against DT, RMT, TrXL and BC-LSTM on three POPGym memory tasks.
 
 Paper: "Recurrent Action Transformer with Memory" (RATE; Cherepanov et al., arXiv
 2306.09459, ICLR 2026 version), the POPGym experiment: on the 33 memory tasks of POPGym
@@ -33,7 +33,10 @@ the context every K steps instead, ``rate_jax.make_env_evaluate``). The authors'
 the first K steps of each episode only (their POPGym data loader cuts every trajectory to its
 first K steps); ours on every K-step window, so it has seen later steps of an episode too. RMT
 (memory tokens, no valve, no cache) and TrXL (cache of 3*K*N tokens, no memory tokens) as in
-``rate.tmaze``.
+``rate.tmaze``. BC-LSTM (``rate_jax.bc_lstm``, ``bc_lstm=True``): the paper's recurrent floor, one
+LSTM at the authors' default sizes (embedding 64, state 128) reading the observations only, trained
+on the same oracle episodes with RATE's budget and optimiser (``lstm_config``), whole episodes
+backpropagated, evaluated greedily on the same episodes.
 Evaluation: online, argmax actions, return-to-go from 1, ``eval_episodes`` episodes per seed
 (key ``fold_in(training key, EVAL_TAG)``, the same for every variant), one compiled program
 per model. A uniformly random policy's return is reported beside them (``random_*``).
@@ -66,6 +69,10 @@ each could fail:
 * ``rate_minus_dt_mean_return`` > 0.05: the per-seed mean over the study's tasks (the paper's
   claim in kind: RATE above DT on memory tasks). Fails if RATE's gains on some task are
   undone by losses on another.
+* ``rate_minus_bc_lstm_mean_return`` > 0: RATE's mean return over the tasks minus BC-LSTM's,
+  paired by seed (the paper: 0.5 against -0.2 over 33 tasks, +0.021 per task). Its control is
+  RATE with noise memory minus BC-LSTM. Fails if an LSTM, which carries the whole history in its
+  state, plays the tasks as well as RATE or better.
 
 With the authors' sliding window DT plays RepeatPrevious perfectly (1.00), so RATE (0.88) fails that check
 and the mean is INCONCLUSIVE; CountRecall still passes (judged run: ``QUICK`` comment). Against a restarting DT
@@ -87,15 +94,17 @@ import rate_jax
 from experiments import checks, io, seeds
 from experiments.registry import RunContext, Study, Summary, register
 from experiments.studies.rate import training
-from rate_jax import popgym
+from rate_jax import bc_lstm, popgym
 from rate_jax.tasks import PopgymTask
 
 MEMORY_SUBSET_TASKS = 33  # the paper's POPGym memory subset
 PAPER_SCORES = {"rate": 0.5, "dt": -3.5, "bc_lstm": -0.2}  # normalised scores, summed over the 33 memory tasks
 PAPER = {**{f"{m}_memory_subset_normalised_score": v for m, v in PAPER_SCORES.items()},
          **{f"{m}_mean_return": v / MEMORY_SUBSET_TASKS for m, v in PAPER_SCORES.items()},
-         "rate_minus_dt_mean_return": (PAPER_SCORES["rate"] - PAPER_SCORES["dt"]) / MEMORY_SUBSET_TASKS}
-METRIC_NAMES = training.METRIC_NAMES
+         **{f"rate_minus_{m}_mean_return": (PAPER_SCORES["rate"] - PAPER_SCORES[m]) / MEMORY_SUBSET_TASKS
+            for m in ("dt", "bc_lstm")}}
+BC_LSTM = "BC-LSTM"  # the recurrent behaviour-cloning baseline (``rate_jax.bc_lstm``), trained when config.bc_lstm
+METRIC_NAMES = {**training.METRIC_NAMES, BC_LSTM: "bc_lstm"}  # every model's metric prefix
 NOISE = training.NOISE
 CONTROL = "RATE with noise in place of its memory (minus DT)"
 FAILS_IF = ("RATE's memory tokens do not carry what the task needs across a segment boundary, while DT's last K "
@@ -112,6 +121,11 @@ MEAN_CLAIM = checks.Claim(
     "rate_minus_dt_mean_return", "RATE above DT on POPGym memory tasks (mean return over the study's tasks)",
     ">", 0.05, control=CONTROL, fails_if="RATE's gains on some task are undone by losses on another, or it has none",
     paper=PAPER["rate_minus_dt_mean_return"])
+BC_LSTM_CLAIM = checks.Claim(
+    "rate_minus_bc_lstm_mean_return", "RATE above BC-LSTM on POPGym memory tasks (mean return over the study's tasks)",
+    ">", 0.0, control="RATE with noise in place of its memory (minus BC-LSTM)",
+    fails_if="an LSTM carrying the whole history in its state plays the study's tasks as well as RATE or better",
+    paper=PAPER["rate_minus_bc_lstm_mean_return"])
 EVAL_TAG = 1  # a seed's evaluation key is fold_in(its training key, EVAL_TAG)
 RANDOM_TAG = 2  # the random policy's key is fold_in(the first seed's key, RANDOM_TAG)
 
@@ -139,13 +153,14 @@ class PopgymStudyConfig:
     stream: int = seeds.JUDGED
     dt_window: str = "sliding"  # DT's context at evaluation: "sliding" (the authors') or "restart" every K steps
     authors_baselines: bool = False  # DT on the authors' own line (AUTHORS_DT: its feed-forward block), else RATE's
+    bc_lstm: bool = True  # train BC-LSTM too (``lstm_config``): the paper's recurrent floor
 
     def __post_init__(self):
         _need(len(self.tasks) > 0 and len(set(self.tasks)) == len(self.tasks) and set(self.tasks) <= set(popgym.TASKS),
               "tasks", f"distinct names from {sorted(popgym.TASKS)}", self.tasks)
         _need(self.level in popgym.LEVELS, "level", f"one of {popgym.LEVELS}", self.level)
-        _need(len(set(self.variants)) == len(self.variants) and set(self.variants) <= set(METRIC_NAMES),
-              "variants", f"distinct names from {tuple(METRIC_NAMES)}", self.variants)
+        _need(len(set(self.variants)) == len(self.variants) and set(self.variants) <= set(training.METRIC_NAMES),
+              "variants", f"distinct names from {tuple(training.METRIC_NAMES)}", self.variants)
         _need("RATE" in self.variants and "DT" in self.variants, "variants", "a tuple including RATE and DT",
               self.variants)
         _need(self.num_segments >= 2, "num_segments", "an integer >= 2 (memory must cross a segment)",
@@ -154,6 +169,14 @@ class PopgymStudyConfig:
             _need(getattr(self, name) >= 1, name, "an integer >= 1", getattr(self, name))
         seeds.check_stream(self.stream)
         _need(self.dt_window in training.DT_WINDOWS, "dt_window", f"one of {training.DT_WINDOWS}", self.dt_window)
+
+    def lstm_config(self) -> bc_lstm.LSTMConfig:
+        """BC-LSTM at the authors' default sizes (``rate_jax.bc_lstm``), trained on RATE's budget:
+        the same steps, batches, oracle episodes, optimiser and schedule."""
+        b = self.training
+        return bc_lstm.LSTMConfig(num_train=b.num_train, batch_size=b.batch_size, num_steps=b.num_steps,
+                                  learning_rate=b.learning_rate, warmup_steps=b.warmup_steps,
+                                  weight_decay=b.weight_decay, lr_end_factor=b.lr_end_factor, grad_clip=b.grad_clip)
 
     def task(self, name: str) -> PopgymTask:
         return PopgymTask(name, self.level)
@@ -212,6 +235,12 @@ for RMT or TrXL, which keep RATE's line."""
 # RepeatPrevious -0.124 [-0.128, -0.119] FAIL (DT 1.00, RATE 0.88; control -0.19, FAIL), CountRecall +0.23 [0.10,
 # 0.36] PASS (DT -0.82, RATE -0.59; control +0.06, INCONCLUSIVE), mean +0.053 [-0.012, 0.119] INCONCLUSIVE (control
 # -0.06, FAIL). The margins stay as set on the restarting DT. 167 s beside a neighbour (rate.minigrid_memory).
+# BC-LSTM then joined (``bc_lstm=True``, issue 41) at the authors' default sizes on RATE's budget; nothing was
+# tuned for it, its claim's margin is the paper's sign (> 0). Screening (stream 1, 5 seeds): BC-LSTM 1.00 on
+# RepeatPrevious, -0.41 on CountRecall (RATE 0.88, -0.60): RATE - BC-LSTM -0.153 [-0.184, -0.122] FAIL (control
+# -0.27, FAIL). Judged once (stream 0): BC-LSTM 1.00 and -0.43 (RATE 0.88, -0.59): -0.142 [-0.187, -0.096] FAIL
+# (control -0.26, FAIL); the other checks' values as above (the runs are deterministic). 233 s alone on the
+# Intel Xeon of docs/performance.md, BC-LSTM's training about 20 s a task.
 QUICK = PopgymStudyConfig(
     tasks=("repeat_previous", "count_recall"), level="easy",
     base=rate_jax.ModelConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=0, num_mem_tokens=3, mem_len=0,
@@ -264,9 +293,27 @@ def _random_returns(config: PopgymStudyConfig, key: jax.Array) -> dict[str, floa
     return out
 
 
+def _bc_lstm(config: PopgymStudyConfig, ctx: RunContext, name: str, keys, eval_keys) -> tuple[np.ndarray, np.ndarray]:
+    """BC-LSTM on task ``name``, every seed: trained from ``keys`` (checkpointed as ``ckpt_<task>_BC-LSTM``),
+    evaluated greedily on the same episodes as the other models (``eval_keys``). Returns (episode returns
+    [S, E], the per-step training loss [S, num_steps])."""
+    cfg, task = config.lstm_config(), config.task(name)
+    chunks = config.training.chunks
+    per_chunk = cfg.num_steps // chunks
+    init = jax.jit(lambda ks: bc_lstm.init_states(cfg, task, task.oracle_steps + 1, ks))(keys)
+    state = seeds.train_chunked(ctx, f"ckpt_{name}_{BC_LSTM}", bc_lstm.make_chunk(cfg, task.num_actions, chunks),
+                                init, chunks, model=BC_LSTM,
+                                loss_so_far=lambda st, items, done: st.losses[items, : done * per_chunk])
+    evaluate = bc_lstm.make_env_evaluate(cfg, task.num_actions, task.env, task.oracle_steps)
+    returns = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)))(state.params, eval_keys,
+                                                                 task.env_params(config.eval_episodes))
+    return np.asarray(returns), np.asarray(state.losses)
+
+
 def compute(config: PopgymStudyConfig, ctx: RunContext) -> dict:
-    """``returns`` {task: {variant: [S, E]}} (RATE also with memory noise, ``NOISE``), ``val_accuracy`` {task: {variant: [S]}} (teacher
-    forced, all actions), ``final_loss`` {task: {variant: [S]}}, ``random_return`` {task: float}."""
+    """``returns`` {task: {model: [S, E]}} (RATE also with memory noise, ``NOISE``; BC-LSTM when
+    ``config.bc_lstm``), ``val_accuracy`` {task: {variant: [S]}} (teacher forced, all actions; not for
+    BC-LSTM), ``final_loss`` {task: {model: [S]}}, ``random_return`` {task: float}."""
     keys = jnp.asarray(seeds.seed_keys(config.seeds, config.stream))
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, EVAL_TAG))(keys)
     returns, accuracy, final_loss = {}, {}, {}
@@ -287,22 +334,31 @@ def compute(config: PopgymStudyConfig, ctx: RunContext) -> dict:
             returns[name][variant] = results[0]["episode_return"]
             if variant == "RATE":
                 returns[name][NOISE] = results[1]["episode_return"]
+        if config.bc_lstm:
+            returns[name][BC_LSTM], losses = _bc_lstm(config, ctx, name, keys, eval_keys)
+            final_loss[name][BC_LSTM] = losses[:, -tail:].mean(-1)
     return {"returns": returns, "val_accuracy": accuracy, "final_loss": final_loss,
             "random_return": _random_returns(config, keys[0])}
 
 
+def _models(config: PopgymStudyConfig) -> tuple[str, ...]:
+    """Every trained model of the study: the RATE variants, then BC-LSTM if trained."""
+    return (*config.variants, *((BC_LSTM,) if config.bc_lstm else ()))
+
+
 def summarize(config: PopgymStudyConfig, arrays: dict) -> Summary:
-    """Mean returns per task and variant, RATE's margins, the checks."""
+    """Mean returns per task and model, RATE's margins, the checks."""
     returns = arrays["returns"]
     metrics = {}
     for name in config.tasks:
         metrics[f"random_{name}"] = arrays["random_return"][name]
-        for variant in config.variants:
+        for variant in _models(config):
             key = METRIC_NAMES[variant]
             metrics[f"{key}_{name}"] = np.asarray(returns[name][variant]).mean()
-            metrics[f"{key}_{name}_val_accuracy"] = np.asarray(arrays["val_accuracy"][name][variant]).mean()
+            if variant in arrays["val_accuracy"][name]:
+                metrics[f"{key}_{name}_val_accuracy"] = np.asarray(arrays["val_accuracy"][name][variant]).mean()
             metrics[f"{key}_{name}_final_loss"] = np.asarray(arrays["final_loss"][name][variant]).mean()
-    for variant in config.variants:
+    for variant in _models(config):
         key = METRIC_NAMES[variant]
         metrics[f"{key}_normalised_score"] = np.sum([metrics[f"{key}_{name}"] for name in config.tasks])
         metrics[f"{key}_mean_return"] = metrics[f"{key}_normalised_score"] / len(config.tasks)
@@ -320,8 +376,11 @@ def summarize(config: PopgymStudyConfig, arrays: dict) -> Summary:
     found = [claim.judge(gap[name], control=ctrl[name]) for name, claim in CLAIMS.items() if name in config.tasks]
     found.append(MEAN_CLAIM.judge(np.mean([gap[n] for n in config.tasks], 0),
                                   control=np.mean([ctrl[n] for n in config.tasks], 0)))
+    if config.bc_lstm:
+        over = lambda arm: np.mean([checks.paired(per_seed(n, arm), per_seed(n, BC_LSTM)) for n in config.tasks], 0)  # noqa: E731
+        found.append(BC_LSTM_CLAIM.judge(over("RATE"), control=over(NOISE)))
     table = {"task": list(config.tasks), "random": [metrics[f"random_{n}"] for n in config.tasks],
-             **{v: [metrics[f"{METRIC_NAMES[v]}_{n}"] for n in config.tasks] for v in config.variants}}
+             **{v: [metrics[f"{METRIC_NAMES[v]}_{n}"] for n in config.tasks] for v in _models(config)}}
     return Summary(metrics=metrics, checks=found, tables={"table": table})
 
 
@@ -330,10 +389,11 @@ def _figure(config: PopgymStudyConfig, arrays: dict, path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(config.tasks))
-    width = 0.8 / len(config.variants)
-    for i, variant in enumerate(config.variants):
+    models = _models(config)
+    width = 0.8 / len(models)
+    for i, variant in enumerate(models):
         per_seed = np.stack([np.asarray(arrays["returns"][n][variant]).mean(-1) for n in config.tasks], -1)  # [S, T]
-        pos = x + (i - (len(config.variants) - 1) / 2) * width
+        pos = x + (i - (len(models) - 1) / 2) * width
         ax.bar(pos, per_seed.mean(0), width, color=f"C{i}", label=variant)
         for row in per_seed:
             ax.plot(pos, row, "k.", ms=4)
@@ -352,19 +412,19 @@ def write(config: PopgymStudyConfig, arrays: dict, summary: Summary, out_dir) ->
     """``returns.csv`` (task, model, seed, mean return), ``popgym.npz`` (every episode's return),
     ``returns.png``."""
     rows = [(n, v, s, float(np.asarray(arrays["returns"][n][v])[s].mean())) for n in config.tasks
-            for v in (*config.variants, NOISE) for s in range(config.seeds)]
+            for v in (*_models(config), NOISE) for s in range(config.seeds)]
     io.write_csv(out_dir / "returns.csv", {"task": [r[0] for r in rows], "model": [r[1] for r in rows],
                                            "seed": [r[2] for r in rows], "mean_return": [r[3] for r in rows]})
     io.save_npz(out_dir / "popgym.npz", **{f"return_{n}_{v}": np.asarray(arrays["returns"][n][v])
-                                          for n in config.tasks for v in (*config.variants, NOISE)})
+                                          for n in config.tasks for v in (*_models(config), NOISE)})
     _figure(config, arrays, out_dir / "returns.png")
 
 
 STUDY = register(Study(
     name="rate.popgym",
     cost_fields=("training.num_steps", "training.warmup_steps", "eval_episodes"),
-    summary="RATE vs DT/RMT/TrXL on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
+    summary="RATE vs DT/RMT/TrXL/BC-LSTM on POPGym memory tasks (RepeatPrevious, Autoencode, CountRecall): online return",
     config_type=PopgymStudyConfig, quick=QUICK, full=FULL, compute=compute, summarize=summarize, write=write,
-    paper=PAPER, seeds_field="seeds", claims=(*CLAIMS.values(), MEAN_CLAIM),
-    quick_s=185,
+    paper=PAPER, seeds_field="seeds", claims=(*CLAIMS.values(), MEAN_CLAIM, BC_LSTM_CLAIM),
+    quick_s=230,
 ))
