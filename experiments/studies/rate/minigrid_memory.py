@@ -195,8 +195,7 @@ class MinigridMemoryStudyConfig:
 # sizes +0.21 [0.06, 0.37], both INCONCLUSIVE (about 4 seeds). Judged once: module docstring.
 QUICK = MinigridMemoryStudyConfig(
     train_size=15, random_length=True, eval_sizes=minigrid_memory.AUTHORS_EVAL_SIZES,
-    base=rate_jax.ModelConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, num_mem_tokens=3, mem_len=0,
-                              n_head_ca=2, dropout=0.0),
+    base=training.quick_model(32, d_inner=64, n_head_ca=2, dropout=0.0),
     num_segments=5, variants=("RATE", "DT"), seeds=3,
     training=training.Budget(num_steps=2000, chunks=1, batch_size=32, num_train=256, num_val=64, learning_rate=3e-3,
                              warmup_steps=20, weight_decay=0.01),

@@ -175,8 +175,7 @@ class MRVStudyConfig:
 QUICK = MRVStudyConfig(
     align_alpha=0.5,
     train=rate_jax.TrainConfig(
-        model=rate_jax.ModelConfig(segment_len=6, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=0,
-                                   num_mem_tokens=3, mem_len=0, n_head_ca=1, dropout=0.1),
+        model=training.quick_model(64, segment_len=6, d_inner=0, n_head_ca=1, dropout=0.1),
         num_segments=3, num_train=256, num_val=64, batch_size=16, num_steps=400, learning_rate=1e-3,
         warmup_steps=20, weight_decay=0.01),
     chunks=2, seeds=2, long_segments=32, long_trajectories=32)

@@ -243,8 +243,7 @@ for RMT or TrXL, which keep RATE's line."""
 # Intel Xeon of docs/performance.md, BC-LSTM's training about 20 s a task.
 QUICK = PopgymStudyConfig(
     tasks=("repeat_previous", "count_recall"), level="easy",
-    base=rate_jax.ModelConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=0, num_mem_tokens=3, mem_len=0,
-                              n_head_ca=1, dropout=0.1),
+    base=training.quick_model(32, d_inner=0, n_head_ca=1, dropout=0.1),
     num_segments=3, variants=("RATE", "DT"), seeds=5,
     training=training.Budget(num_steps=300, chunks=1, batch_size=16, num_train=256, num_val=64, learning_rate=1e-3,
                              warmup_steps=20, weight_decay=0.01),

@@ -263,8 +263,7 @@ class TMazeStudyConfig:
 # the episodes at the long corridors would double it. 24 episodes over 3 seeds at 9,600 give a
 # success rate to about +-0.1 (one standard error at 0.5): enough to tell 1.0 from chance.
 QUICK = TMazeStudyConfig(
-    base=rate_jax.ModelConfig(segment_len=6, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=0,
-                              num_mem_tokens=3, mem_len=0, n_head_ca=1, dropout=0.1),
+    base=training.quick_model(64, segment_len=6, d_inner=0, n_head_ca=1, dropout=0.1),
     num_segments=3, variants=("RATE", "RMT", "DT"), seeds=4, num_steps=400, chunks=2,
     batch_size=16, num_train=256, num_val=64, learning_rate=1e-3, warmup_steps=20, weight_decay=0.01,
     eval_corridors=(4, 10, 16, 22, 34, 58, 150, 600, 2400, 9600), episodes=(48,) * 7 + (24, 16, 8),

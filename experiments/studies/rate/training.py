@@ -27,6 +27,25 @@ METRIC_NAMES = {"RATE": "rate", "DT": "dt", "RMT": "rmt", "TrXL": "trxl", "RATE-
                 "RATE-nocache": "rate_no_cache"}
 
 
+QUICK_SHAPE = {"n_layer": 2, "n_head": 2, "num_mem_tokens": 3, "mem_len": 0}
+"""The one rule by which every RATE study's quick preset scales the authors' model down to CPU size
+(``quick_model``): two layers of two heads that split the width (d_head = d_model / 2), three memory
+tokens, no Transformer-XL cache, whatever the authors' script has (T-Maze and the valve: 10 layers of
+4 heads, 15 tokens; POPGym: 8 layers of 10 heads, 30 tokens, a 40-step cache). The width is the
+authors' 64 where the long-corridor memory needs it (``rate.tmaze``, ``rate.mrv``) and 32 where the
+tasks are read within the training length (``rate.popgym``, ``rate.minigrid_memory``); segment length,
+feed-forward width, cross-attention heads and dropout are each study's, screened and named in its
+``QUICK`` comment. The FULL presets are the authors' script lines flag for flag (each study's
+``FULL`` comment; tests compare them). A test asserts every quick preset keeps this rule."""
+
+
+def quick_model(d_model: int, **study) -> rate_jax.ModelConfig:
+    """A RATE study's quick model: :data:`QUICK_SHAPE` at width ``d_model`` (heads of d_model / 2),
+    the study's own choices ``study`` (segment length, feed-forward width, cross-attention heads,
+    dropout) on top."""
+    return rate_jax.ModelConfig(d_model=d_model, d_head=d_model // QUICK_SHAPE["n_head"], **QUICK_SHAPE, **study)
+
+
 @dataclasses.dataclass(frozen=True)
 class BaselineLine:
     """The hyper-parameters the authors' script gives some baselines (``variants``) where they differ
