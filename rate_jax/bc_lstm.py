@@ -23,9 +23,10 @@ and decay), on batches drawn with replacement from ``num_train`` oracle episodes
 key draws. The parameters, optimiser state and data of every seed are made by one
 program (``init_states``) and passed to the training program, as ``rate_jax.train`` does. That
 program maps over the seeds with ``lax.map``, not ``vmap``: XLA's CPU runtime (jax 0.10.2) waits
-forever, its CPU idle, on the vmapped initialisation of this cell (``LSTMCell`` with orthogonal
-kernels, 5 seeds: 4 of 4 runs), and runs the same program mapped (2 of 2) or with Lecun-normal
-kernels vmapped; vmapped orthogonal draws of the same shapes alone run.
+forever, its CPU idle, on the vmapped initialisation of this model over 5 seeds (every one of 5
+runs: the whole model 3, the ``LSTMCell`` with orthogonal kernels alone 2), and runs the cell's
+mapped (2 of 2) or vmapped with Lecun-normal kernels; vmapped orthogonal draws of the same shapes
+alone run.
 Evaluation (``make_env_evaluate``): greedy actions, one step at a time in the environment, the
 LSTM's state carried; training's ``lax.scan`` over steps and evaluation's step are the same
 module call, so the two compute the same logits on the same observations (tested).
