@@ -22,6 +22,25 @@ def test_train_config_rejects_bad_values(field, value):
         dataclasses.replace(CONFIG, **{field: value})
 
 
+def test_warmup_adamw_schedule_rises_to_the_peak_then_decays_to_its_end_factor():
+    """Under a constant gradient Adam's bias-corrected step is the learning rate times the gradient's sign,
+    so the update sizes read the schedule off: peak / W at update 0, rising by (peak - peak / W) / W per
+    update to the peak at update W, then falling linearly to end_factor * peak at update ``total``."""
+    from rate_jax.train import warmup_adamw
+
+    peak, warm, total, end = 0.1, 4, 12, 0.25
+    opt = warmup_adamw(peak, warm, total, end, weight_decay=0.0, grad_clip=10.0)
+    params, grad = jnp.zeros(1), jnp.full(1, 0.5)
+    state, sizes = opt.init(params), []
+    for _ in range(total + 2):
+        updates, state = opt.update(grad, state, params)
+        sizes.append(-float(updates[0]))
+    want = [peak / warm + (peak - peak / warm) * c / warm if c < warm
+            else peak + (end * peak - peak) * min(c - warm, total - warm) / (total - warm) for c in range(total + 2)]
+    np.testing.assert_allclose(sizes, want, rtol=1e-4)  # float32 arithmetic; a wrong schedule is off by >= 10%
+    assert sizes[warm] == pytest.approx(peak, rel=1e-4) and sizes[total] == pytest.approx(end * peak, rel=1e-4)
+
+
 @pytest.fixture(scope="module")
 def trained():
     states, metrics = jax.jit(jax.vmap(make_train(CONFIG)))(jax.random.split(jax.random.key(1), 2))
